@@ -1,0 +1,226 @@
+"""Shared pieces of the hopperkit benchmarks: CUDA-graph timing with L2-defeating rotation, ceiling
+measurements (HBM read / copy bandwidth, BF16 / FP8 matrix rate), progress bar, table and JSON output.
+
+Timing rules every benchmark follows (see time_graph):
+  * the timed work is captured once in a CUDA graph and replayed; the reported number is a median;
+  * a graph holds N back-to-back calls, each on its own buffers, with N * bytes_per_call >= 4 x L2, so no call
+    finds its operands in L2 from the previous replay; the time per call is graph_time / N;
+  * inputs are random normal data, never zeros.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+L2_BYTES = 60 * 2**20          # H200 L2 as the project states it; rotation must exceed ROTATE_FACTOR x this
+ROTATE_FACTOR = 4
+ROTATE_MIN, ROTATE_MAX = 2, 64       # 64: even a 4 MB FP8 cache reaches 4 x L2
+
+
+class Skip(Exception):
+    """An implementation that cannot run this case by design (not a failure): the message is the reason."""
+
+
+# ----------------------------------------------------------------------------------------------- rotation
+def rotation_count(bytes_per_call: int, l2_bytes: int = L2_BYTES, factor: int = ROTATE_FACTOR,
+                   lo: int = ROTATE_MIN, hi: int = ROTATE_MAX) -> int:
+    """Distinct buffer sets needed so that one graph touches >= factor * L2 bytes (clamped to [lo, hi])."""
+    need = math.ceil(factor * l2_bytes / max(1, bytes_per_call))
+    return max(lo, min(hi, need))
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def time_graph(fns: Sequence[Callable[[], object]], replays: int = 50, warmup: int = 10,
+               outputs: list | None = None) -> float:
+    """Capture fns (called in order) in one CUDA graph, replay it, return the median microseconds per call.
+
+    Each fn must already have run once eagerly (lazy init, JIT, autotuning happen outside the capture).
+    If `outputs` is a list, it receives what each captured call returned: after the last replay those tensors
+    hold the graph's final results, so a caller can check what the replayed graph computed."""
+    if not fns:
+        raise ValueError("time_graph: no calls to time")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):          # warm-up on a side stream, as torch's graph docs require
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = [fn() for fn in fns]
+    for _ in range(warmup):
+        graph.replay()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    for start, end in zip(starts, ends):
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    if outputs is not None:
+        outputs.extend(results)
+    del graph, results
+    return ms * 1e3 / len(fns)
+
+
+def free_cuda() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------- ceilings
+def measure_read_TBps(gib: float = 2.0, replays: int = 20) -> float:
+    """HBM read bandwidth: a bf16 torch.sum over `gib` GiB of random data."""
+    n = int(gib * 2**30) // 2
+    x = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    x.sum()
+    us = time_graph([lambda: x.sum()], replays=replays, warmup=3)
+    return n * 2 / (us * 1e-6) / 1e12
+
+
+def measure_copy_TBps(gib: float = 2.0, replays: int = 20) -> float:
+    """Device-to-device copy of `gib` GiB, counting bytes read + bytes written."""
+    n = int(gib * 2**30) // 2
+    src = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    us = time_graph([lambda: dst.copy_(src)], replays=replays, warmup=3)
+    return 2 * n * 2 / (us * 1e-6) / 1e12
+
+
+def measure_matmul_TFLOPs(dtype: str = "bf16", size: int = 8192, replays: int = 20) -> float:
+    """Dense matrix rate on random size^3 products: bf16 torch.mm, or fp8 e4m3 torch._scaled_mm with scales."""
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    if dtype == "bf16":
+        fn = lambda: torch.mm(a, b)  # noqa: E731
+    elif dtype == "fp8":
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.to(torch.float8_e4m3fn).t()          # column-major second operand, as _scaled_mm requires
+        sa = torch.tensor(1.0, device="cuda")
+        sb = torch.tensor(1.0, device="cuda")
+        fn = lambda: torch._scaled_mm(a8, b8, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
+    else:
+        raise ValueError(f"unsupported matmul dtype: {dtype}")
+    fn()
+    us = time_graph([fn], replays=replays, warmup=3)
+    return 2 * size**3 / (us * 1e-6) / 1e12
+
+
+def measure_ceilings(kinds: Iterable[str] = ("read", "copy")) -> dict:
+    """Any of: read, copy, bf16_mm, fp8_mm. Keys: read_TBps, copy_TBps, bf16_dense_TFLOPs, fp8_dense_TFLOPs."""
+    table = {"read": ("read_TBps", measure_read_TBps), "copy": ("copy_TBps", measure_copy_TBps),
+             "bf16_mm": ("bf16_dense_TFLOPs", lambda: measure_matmul_TFLOPs("bf16")),
+             "fp8_mm": ("fp8_dense_TFLOPs", lambda: measure_matmul_TFLOPs("fp8"))}
+    out = {}
+    for kind in kinds:
+        key, fn = table[kind]
+        out[key] = round(fn(), 4)
+        free_cuda()                       # the measurement's buffers died with its frame
+    return out
+
+
+# ------------------------------------------------------------------------------------------- provenance
+def git_commit(fallbacks: Sequence[Callable[[], str | None]] = ()) -> str | None:
+    """git rev-parse HEAD of the repo, else the first fallback that answers, else $HOPPERKIT_COMMIT."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for fb in fallbacks:
+        try:
+            value = fb()
+            if value:
+                return str(value)
+        except Exception:  # noqa: BLE001 - provenance is best effort
+            pass
+    return os.environ.get("HOPPERKIT_COMMIT")
+
+
+# ---------------------------------------------------------------------------------------------- output
+def _sanitize(obj):
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_sanitize(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | Path, obj) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_sanitize(obj), indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def fmt(x, spec: str = ".1f") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+
+class Progress:
+    """tqdm when importable, else a printed counter. write() prints without breaking the bar."""
+
+    def __init__(self, total: int, desc: str = ""):
+        self.total, self.n, self.desc = total, 0, desc
+        try:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
+        except ImportError:
+            self._bar = None
+
+    def update(self, label: str = "") -> None:
+        self.n += 1
+        if self._bar is not None:
+            self._bar.set_postfix_str(label, refresh=False)
+            self._bar.update(1)
+        else:
+            print(f"[{self.n}/{self.total}] {self.desc} {label}", file=sys.stderr, flush=True)
+
+    def write(self, msg: str) -> None:
+        if self._bar is not None:
+            self._bar.write(msg, file=sys.stderr)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> dict:
+    """max_abs_err and rel_err = ||out - ref|| / ||ref|| in float32 (NaN anywhere in out -> NaN)."""
+    diff = out.float() - ref.float()
+    rel = (diff.norm() / ref.float().norm().clamp_min(1e-30)).item()
+    return {"max_abs_err": diff.abs().max().item(), "rel_err": rel}

@@ -1,0 +1,81 @@
+// hopperkit decode attention: the scheduling heuristics, shared by the device planner, its CPU twin and the
+// attention kernel. Pure integer functions of their arguments; unit-tested on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define HK_HD __host__ __device__ __forceinline__
+#else
+#define HK_HD inline
+#endif
+
+namespace hopperkit {
+namespace decode {
+
+constexpr int kTileTokens = 64;    // KV tokens per tile: the unit of scheduling and of one pipeline stage
+constexpr int kHeadDim = 128;      // the only head dim supported
+constexpr int kMaxQLen = 8;        // query tokens per request (speculative decoding / MTP)
+constexpr int kMaxGroup = 16;      // query heads per KV head
+constexpr int kMaxRows = kMaxQLen * kMaxGroup;  // query rows of one (request, KV head) pair
+// Minimum tiles per CTA in dynamic mode: below this a CTA spends more on start-up and on the merge of its
+// partial result than on reading KV, so short batches use fewer CTAs instead of splitting further.
+constexpr int kMinTilesPerCta = 4;
+// Static split-KV baseline: at most this many splits per pair.
+constexpr int kMaxStaticSplits = 64;
+
+enum class PlanMode : int32_t { kDynamic = 0, kStatic = 1 };
+
+// Tiles of a sequence of `len` cached tokens (0 for len <= 0).
+HK_HD int num_tiles(int64_t len) { return len <= 0 ? 0 : static_cast<int>((len + kTileTokens - 1) / kTileTokens); }
+
+// Query rows of one pair, rounded up to what a kernel variant handles: 16, 32, 64 or 128; -1 if too many.
+HK_HD int rows_bucket(int rows) {
+  return rows <= 16 ? 16 : rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : -1;
+}
+
+// Dynamic mode: the number of CTAs that share `total_tiles` tiles. Every CTA gets at least kMinTilesPerCta
+// tiles (one CTA takes everything when there are fewer), and no more CTAs than fit on the GPU at once.
+HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas) {
+  if (total_tiles <= 0 || max_ctas <= 0) return 0;
+  int64_t by_work = total_tiles / kMinTilesPerCta;
+  if (by_work < 1) by_work = 1;
+  return static_cast<int>(by_work < max_ctas ? by_work : max_ctas);
+}
+
+// Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
+HK_HD int64_t dynamic_cta_begin(int64_t i, int64_t total_tiles, int64_t num_ctas) {
+  return (i * total_tiles) / num_ctas;
+}
+
+// Dynamic mode: the CTA whose range holds linear tile x (inverse of dynamic_cta_begin).
+HK_HD int dynamic_cta_of_tile(int64_t x, int64_t total_tiles, int64_t num_ctas) {
+  return static_cast<int>(((x + 1) * num_ctas - 1) / total_tiles);
+}
+
+// Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
+// pieces to fill the GPU if every request were as long as the longest), never more than the longest
+// request has tiles.
+HK_HD int static_num_splits(int num_pairs, int sm_ctas, int max_tiles) {
+  if (num_pairs <= 0 || max_tiles <= 0) return 1;
+  int s = (sm_ctas + num_pairs - 1) / num_pairs;
+  if (s > max_tiles) s = max_tiles;
+  if (s > kMaxStaticSplits) s = kMaxStaticSplits;
+  return s < 1 ? 1 : s;
+}
+
+// Static mode: tiles per split, from the longest request.
+HK_HD int static_chunk_tiles(int max_tiles, int splits) {
+  if (max_tiles <= 0) return 1;
+  return (max_tiles + splits - 1) / splits;
+}
+
+// Static mode: first linear tile of split s of a pair whose tiles start at pair_begin; the last split runs
+// to the end of the pair even when the host's max_seq_len was too small.
+HK_HD int64_t static_split_begin(int64_t pair_begin, int pair_tiles, int s, int chunk_tiles) {
+  int64_t off = static_cast<int64_t>(s) * chunk_tiles;
+  return pair_begin + (off < pair_tiles ? off : pair_tiles);
+}
+
+}  // namespace decode
+}  // namespace hopperkit

@@ -1,0 +1,337 @@
+// hopperkit Python binding (nanobind over DLPack): turns arrays into the core's params structs.
+// No torch here: the Python package passes torch tensors, nanobind imports them through DLPack.
+// FP8 tensors arrive viewed as uint8 with their dtype given separately (DLPack float8 support varies).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+
+#include "hopperkit/build_info.h"
+#include "hopperkit/decode/attention.h"
+#include "hopperkit/decode/plan.h"
+#include "hopperkit/dtype.h"
+#include "hopperkit/error.h"
+
+namespace nb = nanobind;
+using namespace hopperkit;
+using Array = nb::ndarray<nb::ro>;
+
+namespace {
+
+DType dl_to_dtype(const nb::dlpack::dtype& d) {
+  using C = nb::dlpack::dtype_code;
+  if (d.code == static_cast<uint8_t>(C::Bfloat) && d.bits == 16) return DType::kBF16;
+  if (d.code == static_cast<uint8_t>(C::Float) && d.bits == 16) return DType::kF16;
+  if (d.code == static_cast<uint8_t>(C::Float) && d.bits == 32) return DType::kF32;
+  if (d.code == static_cast<uint8_t>(C::Int) && d.bits == 32) return DType::kInt32;
+  if (d.code == static_cast<uint8_t>(C::Int) && d.bits == 64) return DType::kInt64;
+  if (d.code == static_cast<uint8_t>(C::UInt) && d.bits == 8) return DType::kUInt8;
+  HK_CHECK(kDtype, false, "tensor", "bfloat16, float16, float32, int32, int64 or uint8 (fp8 as a uint8 view)",
+           "DLPack code " + std::to_string(d.code) + " bits " + std::to_string(d.bits));
+  return DType::kUInt8;
+}
+
+// `as` overrides the element type of a uint8 view (fp8).
+TensorDesc desc(const Array& a, std::optional<DType> as = std::nullopt) {
+  TensorDesc t;
+  t.data = a.data();
+  t.dtype = dl_to_dtype(a.dtype());
+  if (as && t.dtype == DType::kUInt8 && *as == DType::kFP8E4M3) t.dtype = DType::kFP8E4M3;
+  t.device_type = a.device_type();
+  t.device_id = a.device_id();
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    t.shape.push_back(static_cast<int64_t>(a.shape(i)));
+    t.strides.push_back(static_cast<int64_t>(a.stride(i)));
+  }
+  return t;
+}
+
+// Plan config and launch travel through the torch op as one int list:
+// [max_batch, num_q_heads, num_kv_heads, max_q_len, kv_dtype, mode, max_ctas, sm_ctas,
+//  grid_ctas, static_splits, batch, block_size]
+constexpr size_t kCfgInts = 12;
+
+decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodePlanLaunch* launch = nullptr) {
+  HK_CHECK(kShape, v.size() == kCfgInts, "plan_cfg", std::to_string(kCfgInts) + " integers", v.size());
+  decode::DecodePlanConfig c;
+  c.max_batch = static_cast<int>(v[0]);
+  c.num_q_heads = static_cast<int>(v[1]);
+  c.num_kv_heads = static_cast<int>(v[2]);
+  c.max_q_len = static_cast<int>(v[3]);
+  c.kv_dtype = static_cast<DType>(v[4]);
+  c.mode = static_cast<decode::PlanMode>(v[5]);
+  c.max_ctas = static_cast<int>(v[6]);
+  c.sm_ctas = static_cast<int>(v[7]);
+  if (launch) {
+    launch->grid_ctas = static_cast<int>(v[8]);
+    launch->static_splits = static_cast<int>(v[9]);
+    launch->batch = static_cast<int>(v[10]);
+    launch->block_size = static_cast<int>(v[11]);
+  }
+  return c;
+}
+
+std::vector<int64_t> cfg_to(const decode::DecodePlanConfig& c, const decode::DecodePlanLaunch& l) {
+  return {c.max_batch, c.num_q_heads, c.num_kv_heads, c.max_q_len, static_cast<int64_t>(c.kv_dtype),
+          static_cast<int64_t>(c.mode), c.max_ctas, c.sm_ctas, l.grid_ctas, l.static_splits, l.batch,
+          l.block_size};
+}
+
+DType dtype_from_code(int64_t code, const char* arg) {
+  HK_CHECK(kDtype, code == static_cast<int64_t>(DType::kBF16) || code == static_cast<int64_t>(DType::kFP8E4M3), arg,
+           "bfloat16 or float8_e4m3fn", code);
+  return static_cast<DType>(code);
+}
+
+cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+std::vector<int64_t> make_config(int max_batch, int num_q_heads, int num_kv_heads, int64_t kv_dtype, int max_q_len,
+                                 int mode, int device, int sm_ctas) {
+  const DType kv = dtype_from_code(kv_dtype, "kv_dtype");
+  decode::DecodePlanConfig c =
+      sm_ctas > 0 ? decode::make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv, max_q_len,
+                                                        static_cast<decode::PlanMode>(mode), sm_ctas)
+                  : decode::make_decode_plan_config(max_batch, num_q_heads, num_kv_heads, kv, max_q_len,
+                                                    static_cast<decode::PlanMode>(mode), device);
+  return cfg_to(c, decode::DecodePlanLaunch{});
+}
+
+int64_t workspace_bytes(const std::vector<int64_t>& cfg) {
+  return static_cast<int64_t>(decode::decode_plan_layout(cfg_from(cfg)).total_bytes);
+}
+
+nb::dict plan_layout(const std::vector<int64_t>& cfg) {
+  const decode::DecodePlanLayout l = decode::decode_plan_layout(cfg_from(cfg));
+  nb::dict d;
+  d["header"] = l.header;
+  d["pair_tile_start"] = l.pair_tile_start;
+  d["pair_first_slot"] = l.pair_first_slot;
+  d["pair_num_pieces"] = l.pair_num_pieces;
+  d["cta_tile_start"] = l.cta_tile_start;
+  d["cta_first_pair"] = l.cta_first_pair;
+  d["empty_pairs"] = l.empty_pairs;
+  d["merge_counters"] = l.merge_counters;
+  d["partial_o"] = l.partial_o;
+  d["partial_lse"] = l.partial_lse;
+  d["total_bytes"] = l.total_bytes;
+  return d;
+}
+
+std::vector<int64_t> plan_update(const std::vector<int64_t>& cfg, const Array& workspace, const Array& seq_lens,
+                                 int block_size, int max_blocks_per_seq, int max_seq_len, uintptr_t stream) {
+  decode::DecodePlanParams p;
+  p.config = cfg_from(cfg);
+  const TensorDesc ws = desc(workspace), sl = desc(seq_lens);
+  check::cuda_device(ws, "workspace", ws.device_id);
+  check::cuda_device(sl, "seq_lens", ws.device_id);
+  check::dtype(ws, "workspace", DType::kUInt8);
+  check::dtype(sl, "seq_lens", DType::kInt32);
+  check::rank(sl, "seq_lens", 1, "[batch]");
+  check::contiguous(sl, "seq_lens");
+  check::contiguous(ws, "workspace");
+  p.workspace = const_cast<void*>(ws.data);
+  p.workspace_bytes = static_cast<size_t>(ws.shape.empty() ? 0 : ws.shape[0]);
+  p.seq_lens = static_cast<const int32_t*>(sl.data);
+  p.batch = static_cast<int>(sl.shape[0]);
+  p.block_size = block_size;
+  p.max_blocks_per_seq = max_blocks_per_seq;
+  p.max_seq_len = max_seq_len;
+  p.stream = stream_of(stream);
+  const decode::DecodePlanLaunch l = decode::decode_plan(p);
+  return cfg_to(p.config, l);
+}
+
+std::vector<int64_t> plan_launch_info(const std::vector<int64_t>& cfg, int batch, int block_size, int max_seq_len) {
+  const decode::DecodePlanConfig c = cfg_from(cfg);
+  HK_CHECK(kValue, batch >= 0 && batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch), batch);
+  return cfg_to(c, decode::decode_plan_launch_info(c, batch, block_size, max_seq_len));
+}
+
+nb::bytes plan_cpu(const std::vector<int64_t>& cfg, const std::vector<int32_t>& seq_lens, int block_size,
+                   int max_blocks_per_seq, int max_seq_len) {
+  const decode::DecodePlanConfig c = cfg_from(cfg);
+  const size_t bytes = decode::decode_plan_layout(c).total_bytes;
+  std::string buf(bytes, '\0');
+  decode::decode_plan_cpu(c, seq_lens.data(), static_cast<int>(seq_lens.size()), block_size, max_blocks_per_seq,
+                          max_seq_len, buf.data());
+  return nb::bytes(buf.data(), buf.size());
+}
+
+int plan_read_errors(const std::vector<int64_t>& cfg, const Array& workspace, uintptr_t stream) {
+  return decode::decode_plan_read_errors(cfg_from(cfg), workspace.data(), stream_of(stream));
+}
+
+void decode_attention(const Array& q, int64_t q_dtype, std::optional<Array> q_scale, const Array& k_cache,
+                      const Array& v_cache, int64_t kv_dtype, std::optional<Array> k_scale,
+                      std::optional<Array> v_scale, const Array& block_table, const Array& seq_lens,
+                      std::optional<Array> query_start_loc, const Array& workspace, const Array& out,
+                      std::optional<Array> lse, const std::vector<int64_t>& cfg, int max_q_len, double softmax_scale,
+                      uintptr_t stream) {
+  decode::DecodeAttentionParams p;
+  p.plan_config = cfg_from(cfg, &p.plan_launch);
+  const DType qd = dtype_from_code(q_dtype, "q");
+  const DType kvd = dtype_from_code(kv_dtype, "k_cache");
+  const TensorDesc tq = desc(q, qd), tk = desc(k_cache, kvd), tv = desc(v_cache, kvd), tbt = desc(block_table),
+                   tsl = desc(seq_lens), tws = desc(workspace), to = desc(out);
+  const int dev = tq.device_id;
+  // ---- devices, dtypes, ranks
+  check::cuda_device(tq, "q", dev);
+  check::cuda_device(tk, "k_cache", dev);
+  check::cuda_device(tv, "v_cache", dev);
+  check::cuda_device(tbt, "block_table", dev);
+  check::cuda_device(tsl, "seq_lens", dev);
+  check::cuda_device(tws, "plan workspace", dev);
+  check::cuda_device(to, "out", dev);
+  check::dtype(tq, "q", qd);
+  check::dtype(tk, "k_cache", kvd);
+  check::dtype(tv, "v_cache", kvd);
+  check::dtype(tbt, "block_table", DType::kInt32);
+  check::dtype(tsl, "seq_lens", DType::kInt32);
+  check::dtype(to, "out", DType::kBF16);
+  check::rank(tq, "q", 3, "[num_tokens, num_q_heads, head_dim]");
+  check::rank(tk, "k_cache", 4, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  check::rank(tv, "v_cache", 4, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  check::rank(tbt, "block_table", 2, "[batch, max_blocks_per_seq]");
+  check::rank(tsl, "seq_lens", 1, "[batch]");
+  check::rank(to, "out", 3, "[num_tokens, num_q_heads, head_dim]");
+  const int64_t T = tq.shape[0], Hq = tq.shape[1], D = tq.shape[2];
+  const int64_t NB = tk.shape[0], BS = tk.shape[1], Hkv = tk.shape[2];
+  const int64_t B = tsl.shape[0];
+  HK_CHECK(kUnsupported, D == decode::kHeadDim, "q", "head_dim 128", "head_dim " + std::to_string(D));
+  for (int i = 0; i < 4; ++i) check::extent(tv, "v_cache", i, tk.shape[i], "k_cache's shape");
+  check::extent(tk, "k_cache", 3, D, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  check::extent(tbt, "block_table", 0, B, "[batch, max_blocks_per_seq]");
+  for (int i = 0; i < 3; ++i) check::extent(to, "out", i, tq.shape[i], "q's shape");
+  check::last_dim_contiguous(tq, "q");
+  check::last_dim_contiguous(tk, "k_cache");
+  check::last_dim_contiguous(tv, "v_cache");
+  check::last_dim_contiguous(tbt, "block_table");
+  check::contiguous(tsl, "seq_lens");
+  check::last_dim_contiguous(to, "out");
+  p.q = tq.data;
+  p.q_dtype = qd;
+  p.q_stride_token = tq.strides[0];
+  p.q_stride_head = tq.strides[1];
+  if (q_scale) {
+    const TensorDesc ts = desc(*q_scale);
+    check::cuda_device(ts, "q_scale", dev);
+    check::dtype(ts, "q_scale", DType::kF32);
+    check::rank(ts, "q_scale", 2, "[num_tokens, num_q_heads]");
+    check::extent(ts, "q_scale", 0, T, "[num_tokens, num_q_heads]");
+    check::extent(ts, "q_scale", 1, Hq, "[num_tokens, num_q_heads]");
+    check::contiguous(ts, "q_scale");
+    p.q_scale = static_cast<const float*>(ts.data);
+  }
+  p.k_cache = tk.data;
+  p.v_cache = tv.data;
+  p.kv_dtype = kvd;
+  p.k_stride_block = tk.strides[0];
+  p.k_stride_token = tk.strides[1];
+  p.k_stride_head = tk.strides[2];
+  p.v_stride_block = tv.strides[0];
+  p.v_stride_token = tv.strides[1];
+  p.v_stride_head = tv.strides[2];
+  p.num_blocks = static_cast<int>(NB);
+  p.block_size = static_cast<int>(BS);
+  auto scalar = [&](const std::optional<Array>& a, const char* name) -> const float* {
+    if (!a) return nullptr;
+    const TensorDesc t = desc(*a);
+    check::cuda_device(t, name, dev);
+    check::dtype(t, name, DType::kF32);
+    int64_t n = 1;
+    for (int64_t s : t.shape) n *= s;
+    HK_CHECK(kShape, n == 1, name, "a one-element float32 tensor", "shape " + shape_str(t.shape));
+    return static_cast<const float*>(t.data);
+  };
+  p.k_scale = scalar(k_scale, "k_scale");
+  p.v_scale = scalar(v_scale, "v_scale");
+  p.block_table = static_cast<const int32_t*>(tbt.data);
+  p.block_table_stride = tbt.strides[0];
+  p.max_blocks_per_seq = static_cast<int>(tbt.shape[1]);
+  p.seq_lens = static_cast<const int32_t*>(tsl.data);
+  if (query_start_loc) {
+    const TensorDesc tql = desc(*query_start_loc);
+    check::cuda_device(tql, "query_start_loc", dev);
+    check::dtype(tql, "query_start_loc", DType::kInt32);
+    check::rank(tql, "query_start_loc", 1, "[batch + 1]");
+    check::extent(tql, "query_start_loc", 0, B + 1, "[batch + 1]");
+    check::contiguous(tql, "query_start_loc");
+    p.query_start_loc = static_cast<const int32_t*>(tql.data);
+  }
+  p.batch = static_cast<int>(B);
+  p.num_tokens = static_cast<int>(T);
+  p.num_q_heads = static_cast<int>(Hq);
+  p.num_kv_heads = static_cast<int>(Hkv);
+  p.max_q_len = max_q_len;
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.out = const_cast<void*>(to.data);
+  p.out_stride_token = to.strides[0];
+  p.out_stride_head = to.strides[1];
+  if (lse) {
+    const TensorDesc tl = desc(*lse);
+    check::cuda_device(tl, "lse", dev);
+    check::dtype(tl, "lse", DType::kF32);
+    check::rank(tl, "lse", 2, "[num_tokens, num_q_heads]");
+    check::extent(tl, "lse", 0, T, "[num_tokens, num_q_heads]");
+    check::extent(tl, "lse", 1, Hq, "[num_tokens, num_q_heads]");
+    check::last_dim_contiguous(tl, "lse");
+    p.lse = static_cast<float*>(const_cast<void*>(tl.data));
+    p.lse_stride_token = tl.strides[0];
+  }
+  const size_t need = decode::decode_plan_layout(p.plan_config).total_bytes;
+  HK_CHECK(kShape, static_cast<size_t>(tws.shape.empty() ? 0 : tws.shape[0]) >= need, "plan workspace",
+           std::to_string(need) + " bytes", tws.shape.empty() ? 0 : tws.shape[0]);
+  p.plan_workspace = const_cast<void*>(tws.data);
+  p.stream = stream_of(stream);
+  decode::decode_attention(p);
+}
+
+nb::dict build_info() {
+  nb::dict d;
+  d["version"] = HOPPERKIT_VERSION;
+  d["git"] = HOPPERKIT_GIT_HASH;
+  d["cuda_compiler"] = HOPPERKIT_CUDA_COMPILER;
+  d["cuda_archs"] = HOPPERKIT_CUDA_ARCHS;
+  d["build_type"] = HOPPERKIT_BUILD_TYPE;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "hopperkit core binding (framework-free: arrays via DLPack)";
+  static nb::exception<Error> base_exc(m, "HopperkitError", PyExc_RuntimeError);
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const Error& e) {
+          // (kind, argument, expected, actual, message): the Python layer re-raises a typed subclass.
+          nb::object args = nb::make_tuple(std::string(error_kind_name(e.kind())), e.arg(), e.expected(),
+                                           e.actual(), std::string(e.what()));
+          PyErr_SetObject(base_exc.ptr(), args.ptr());
+        }
+      });
+  m.def("build_info", &build_info);
+  m.def("make_config", &make_config, nb::arg("max_batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),
+        nb::arg("kv_dtype"), nb::arg("max_q_len"), nb::arg("mode"), nb::arg("device"), nb::arg("sm_ctas") = 0);
+  m.def("workspace_bytes", &workspace_bytes);
+  m.def("plan_layout", &plan_layout);
+  m.def("plan_update", &plan_update);
+  m.def("plan_cpu", &plan_cpu);
+  m.def("plan_launch_info", &plan_launch_info);
+  m.def("plan_read_errors", &plan_read_errors);
+  m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("q_dtype"), nb::arg("q_scale").none(),
+        nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("kv_dtype"), nb::arg("k_scale").none(),
+        nb::arg("v_scale").none(), nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("query_start_loc").none(),
+        nb::arg("workspace"), nb::arg("out"), nb::arg("lse").none(), nb::arg("cfg"), nb::arg("max_q_len"),
+        nb::arg("softmax_scale"), nb::arg("stream"));
+  m.attr("DTYPE_BF16") = static_cast<int>(DType::kBF16);
+  m.attr("DTYPE_FP8E4M3") = static_cast<int>(DType::kFP8E4M3);
+  m.attr("PLAN_ERROR_SEQ_LEN_CLAMPED") = static_cast<int>(decode::kPlanErrorSeqLenClamped);
+  m.attr("PLAN_ERROR_STALE") = static_cast<int>(decode::kPlanErrorStale);
+  m.attr("PLAN_ERROR_QUERY_LOC") = static_cast<int>(decode::kPlanErrorQueryLoc);
+}

@@ -1,0 +1,86 @@
+"""Plain PyTorch references for hopperkit's operators (for tests and benchmark guards; slow, not for serving).
+
+decode_attention_reference computes, per request, softmax(q k^T * scale) v over the request's cached tokens
+(gathered from the paged cache through the block table), with the request's new query tokens causal among
+themselves, in the precision given:
+  * ``precision="fp64"`` (or "fp32"): the exact function of the (dequantised) inputs;
+  * ``precision="bf16"``: what a plain bf16 PyTorch implementation computes (bf16 matmuls with fp32
+    accumulation, fp32 softmax, bf16 probabilities) -- the yardstick for tolerances.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+
+def _dequant(x: torch.Tensor, scale, dtype: torch.dtype) -> torch.Tensor:
+    y = x.to(torch.float32)
+    if scale is not None:
+        y = y * scale
+    return y.to(dtype)
+
+
+def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                               block_table: torch.Tensor, seq_lens: torch.Tensor, *,
+                               softmax_scale: Optional[float] = None, q_scale: Optional[torch.Tensor] = None,
+                               k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
+                               query_start_loc: Optional[torch.Tensor] = None, precision: str = "fp64"):
+    """Returns (out [T, Hq, D], lse [T, Hq] natural log, covered [T] bool: rows that belong to a request)."""
+    T, Hq, D = q.shape
+    bs, Hkv = k_cache.shape[1], k_cache.shape[2]
+    G = Hq // Hkv
+    dev = q.device
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(D)
+    work = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    acc = torch.float64 if precision == "fp64" else torch.float32
+    qs_scale = q_scale[..., None] if q_scale is not None else None
+    qd = _dequant(q, qs_scale, work)
+    ks = k_scale.item() if k_scale is not None else None
+    vs = v_scale.item() if v_scale is not None else None
+    lens = seq_lens.tolist()
+    B = len(lens)
+    if query_start_loc is not None:
+        starts = query_start_loc.tolist()
+    else:
+        ql_u = T // B if B else 0
+        starts = [b * ql_u for b in range(B + 1)]
+    out = torch.zeros(T, Hq, D, dtype=acc, device=dev)
+    lse = torch.full((T, Hq), float("-inf"), dtype=torch.float32, device=dev)
+    covered = torch.zeros(T, dtype=torch.bool, device=dev)
+    bt = block_table.long()
+    for b in range(B):
+        qs, qe = starts[b], starts[b + 1]
+        ql = qe - qs
+        if ql <= 0:
+            continue
+        covered[qs:qe] = True
+        L = lens[b]
+        if L <= 0:
+            continue
+        pages = bt[b, : (L + bs - 1) // bs]
+        k = _dequant(k_cache[pages].reshape(-1, Hkv, D)[:L], ks, work)  # [L, Hkv, D]
+        v = _dequant(v_cache[pages].reshape(-1, Hkv, D)[:L], vs, work)
+        qb = qd[qs:qe].reshape(ql, Hkv, G, D)                           # [ql, Hkv, G, D]
+        # scores [Hkv, G, ql, L]
+        s = torch.einsum("tkgd,jkd->kgtj", qb, k)
+        s = s.to(acc) * softmax_scale
+        pos = torch.arange(L, device=dev)
+        qpos = L - ql + torch.arange(ql, device=dev)
+        mask = pos[None, :] > qpos[:, None]                              # [ql, L]
+        s = s.masked_fill(mask[None, None], float("-inf"))
+        m = s.amax(dim=-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)
+        den = p.sum(dim=-1, keepdim=True)
+        row_lse = (m + torch.log(den)).squeeze(-1)                       # [Hkv, G, ql]
+        p = torch.where(den > 0, p / den.clamp_min(1e-300 if acc == torch.float64 else 1e-30), torch.zeros_like(p))
+        if precision == "bf16":
+            o = torch.einsum("kgtj,jkd->tkgd", p.to(torch.bfloat16), v).to(acc)
+        else:
+            o = torch.einsum("kgtj,jkd->tkgd", p, v.to(acc))
+        out[qs:qe] = o.reshape(ql, Hq, D)
+        lse[qs:qe] = row_lse.permute(2, 0, 1).reshape(ql, Hq).float()
+    return out, lse, covered

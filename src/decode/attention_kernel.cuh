@@ -1,0 +1,993 @@
+// hopperkit decode attention: the persistent, plan-driven kernel (device code).
+//
+// One CTA = 4 consumer warps + 1 producer warp.
+//   Producer: walks the CTA's linear tile range from the plan; per chunk (a pair's tiles inside this CTA) it
+//     stages the query rows and the chunk's metadata into one of two Q slots (cp.async, completing on an
+//     mbarrier), then streams the chunk's 64-token K and V tiles through a ring of shared-memory stages with
+//     TMA (one box per page; pages past the sequence are not loaded).
+//   Consumers: per tile, S = Q K^T and O += P V with mma.sync m16n8k16 (BF16 KV: bf16 operands; FP8 KV: f16
+//     operands, fp8 -> f16 exactly), online softmax in the log2 domain. All query rows of a (request, KV head)
+//     pair -- q_len tokens x group heads -- sit in the MMA's M dimension, so GQA reads each KV tile once.
+//     Warps split rows (16 per m-tile) and, when rows are few, split each tile's tokens (kTW groups); token
+//     groups are merged through shared memory at the end of a chunk.
+//   A pair finished in this CTA is written straight to `out`; a piece of a split pair is written to the
+//   plan's FP32 partial slot with its LSE, and the CTA that finishes the pair's last piece merges them.
+//
+// FP8 layouts without a transpose: for S the reduction over head dims is permuted (each thread's 4
+// consecutive fp8 dims feed logical k pairs (2c, 2c+1) and (8+2c, 9+2c)), the same permutation is applied to
+// Q; for P V, ldmatrix.trans over fp8 pairs gives each thread two tokens x two dims, which become two n-tiles
+// (even and odd dims). The accumulator's dim mapping is un-permuted when results are written.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "common/ptx.cuh"
+#include "decode/kernel_args.h"
+#include "hopperkit/decode/heuristics.h"
+
+namespace hopperkit {
+namespace decode {
+
+constexpr int kConsumerWarps = 4;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;
+constexpr int kQRowBytes = 272;  // 256 bytes of a bf16 row + 16 bytes of padding (conflict-free ldmatrix)
+constexpr int kSmemLimit = 227 * 1024;
+constexpr int kConsumerBarrier = 1;  // named barrier id used by the 128 consumer threads
+
+// Metadata of one chunk, written by the producer next to the chunk's query rows.
+struct ChunkInfo {
+  int done;        // 1: the CTA has no more chunks
+  int pair;
+  int batch_idx;
+  int kv_head;
+  int tile_lo;     // tiles [tile_lo, tile_hi) of the pair
+  int tile_hi;
+  int seq_len;     // live length, clamped to the block table's capacity
+  int q_start;     // first query token of the request
+  int q_len;       // query tokens of the request (0..max_q_len)
+  int split;       // 1: this chunk is one piece of a split pair
+  int slot;        // partial slot of this piece
+  int first_slot;  // partial slot of the pair's first piece
+  int num_pieces;
+  int stale;       // 1: the plan's tile count disagrees with seq_lens (output NaN)
+  int pad[2];
+};
+
+template <bool kFp8Kv, int kMT, int kTW>
+struct DecodeTraits {
+  static constexpr bool kFp8 = kFp8Kv;
+  static constexpr int MT = kMT;                         // m16 tiles per warp
+  static constexpr int TW = kTW;                         // token groups per tile
+  static constexpr int RW = kConsumerWarps / kTW;        // row groups
+  static constexpr int kRowsPerWarp = 16 * kMT;
+  static constexpr int kMPad = kRowsPerWarp * RW;        // query rows handled per pair
+  static constexpr int kWarpTokens = kTileTokens / kTW;  // tokens of a tile per warp
+  static constexpr int NT = kWarpTokens / 8;             // n8 tiles of S per warp
+  static constexpr int KSPV = kWarpTokens / 16;          // k16 steps of P V per warp
+  static constexpr int kElt = kFp8Kv ? 1 : 2;
+  static constexpr int kKvTileBytes = kTileTokens * kHeadDim * kElt;  // one K (or V) tile
+  static constexpr int kStageBytes = 2 * kKvTileBytes;
+  static constexpr int kQSlotBytes = kMPad * kQRowBytes;
+  static constexpr int kMergeOBytes = kTW > 1 ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
+  static constexpr int kMergeMLBytes = kTW > 1 ? kConsumerWarps * 16 * 2 * 4 : 0;
+  // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
+  static constexpr int kFixedBytes = 2 * (kQSlotBytes + kMPad * 4) + kMergeOBytes + kMergeMLBytes +
+                                     2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024;
+  static constexpr int kStagesFit = (kSmemLimit - kFixedBytes) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+  static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
+  static_assert(kStages >= 2, "not enough shared memory for two pipeline stages");
+  static_assert(kTW == 1 || kMT == 1, "token groups only with one m-tile per warp");
+};
+
+// Shared-memory carve-up (offsets from a 1024-byte aligned base).
+template <class T>
+struct SmemLayout {
+  static constexpr int kStagesOff = 0;
+  static constexpr int kQOff = kStagesOff + T::kStages * T::kStageBytes;
+  static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
+  static constexpr int kMergeOOff = kQScaleOff + 2 * T::kMPad * 4;
+  static constexpr int kMergeMLOff = kMergeOOff + T::kMergeOBytes;
+  static constexpr int kInfoOff = kMergeMLOff + T::kMergeMLBytes;
+  static constexpr int kBarOff = (kInfoOff + 2 * static_cast<int>(sizeof(ChunkInfo)) + 7) / 8 * 8;
+  static constexpr int kFlagOff = kBarOff + 64 * 8;
+  static constexpr int kEnd = kFlagOff + 64;
+  static_assert(kEnd + 1024 <= T::kSmemBytes, "layout exceeds the budget");
+};
+
+struct Barriers {
+  uint64_t* full;    // [kStages] TMA landed
+  uint64_t* empty;   // [kStages] consumers done with the stage
+  uint64_t* qfull;   // [2] query slot + chunk info staged
+  uint64_t* qempty;  // [2] consumers done with the query slot
+};
+
+// Coordinates (dims 1..3) of one page's box in a cache tensor map whose dims are sorted by stride.
+__device__ __forceinline__ void page_coords(int pos_tok, int pos_head, int tok, int head, int blk, int& c1, int& c2,
+                                            int& c3) {
+  c1 = pos_tok == 1 ? tok : (pos_head == 1 ? head : blk);
+  c2 = pos_tok == 2 ? tok : (pos_head == 2 ? head : blk);
+  c3 = pos_tok == 3 ? tok : (pos_head == 3 ? head : blk);
+}
+
+__device__ __forceinline__ int clamp_len(int len, int capacity) {
+  return len < 0 ? 0 : (len > capacity ? capacity : len);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Producer warp.
+// ------------------------------------------------------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const CUtensorMap* tmap_v,
+                                              const DecodeKernelArgs& a, uint8_t* smem, const Barriers& bars,
+                                              ChunkInfo* infos) {
+  using L = SmemLayout<T>;
+  const int lane = threadIdx.x & 31;
+  const DecodePlanView& plan = a.plan;
+  const int cta = blockIdx.x;
+  const int num_ctas = plan.header[kHdrNumCtas];
+  const int num_pairs = plan.header[kHdrNumPairs];
+  const int H = a.num_kv_heads;
+  const int G = a.group;
+  const int capacity = a.max_blocks_per_seq * a.block_size;
+  const int bs = a.block_size;
+  const int bs_eff = bs < kTileTokens ? bs : kTileTokens;
+  const int q_row_bytes = a.q_is_fp8 ? kHeadDim : 2 * kHeadDim;
+  const int q_chunks_per_row = q_row_bytes / 16;
+  const uint64_t policy = ptx::policy_evict_first();
+  if (lane == 0) {
+    ptx::prefetch_tensormap(tmap_k);
+    ptx::prefetch_tensormap(tmap_v);
+  }
+
+  uint32_t chunk_count = 0;
+  int stage = 0;
+  uint32_t phase = 0;
+
+  if (cta < num_ctas) {
+    int t = plan.cta_tile_start[cta];
+    const int tend = plan.cta_tile_start[cta + 1];
+    int p = plan.cta_first_pair[cta];
+    // Window of per-pair metadata: lane i holds pair wp0 + i.
+    int wp0 = -(1 << 30);
+    int w_start = 0, w_end = 0, w_len = 0, w_qs = 0, w_ql = 0, w_first_slot = 0, w_pieces = 0, w_err = 0;
+    while (t < tend) {
+      if (p - wp0 >= 32 || p < wp0) {
+        wp0 = p;
+        const int qp = wp0 + lane;
+        w_err = 0;
+        if (qp < num_pairs) {
+          w_start = plan.pair_tile_start[qp];
+          w_end = plan.pair_tile_start[qp + 1];
+          w_first_slot = plan.pair_first_slot[qp];
+          w_pieces = plan.pair_num_pieces[qp];
+          const int b = qp / H;
+          w_len = clamp_len(a.seq_lens[b], capacity);
+          if (a.query_start_loc != nullptr) {
+            const int qs = a.query_start_loc[b];
+            const int qe = a.query_start_loc[b + 1];
+            int ql = qe - qs;
+            if (ql < 0 || ql > a.max_q_len || qs < 0 || qe > a.num_tokens) {
+              w_err |= kPlanErrorQueryLoc;
+              ql = (qs < 0 || qe > a.num_tokens || ql < 0) ? 0 : a.max_q_len;
+            }
+            w_qs = qs;
+            w_ql = ql;
+          } else {
+            w_qs = b * a.max_q_len;
+            w_ql = a.max_q_len;
+          }
+          if (num_tiles(w_len) != w_end - w_start) w_err |= kPlanErrorStale;
+        } else {
+          w_start = w_end = 0x7fffffff;
+        }
+        const int any_err = __reduce_or_sync(0xffffffffu, w_err);
+        if (lane == 0 && any_err != 0) atomicOr(&plan.header[kHdrErrors], any_err);
+      }
+      const int i = p - wp0;
+      const int pstart = __shfl_sync(0xffffffffu, w_start, i);
+      const int pend = __shfl_sync(0xffffffffu, w_end, i);
+      if (pend <= t) {  // pair with no tiles (or already behind us)
+        ++p;
+        continue;
+      }
+      const int len = __shfl_sync(0xffffffffu, w_len, i);
+      const int qs = __shfl_sync(0xffffffffu, w_qs, i);
+      const int ql = __shfl_sync(0xffffffffu, w_ql, i);
+      const int first_slot = __shfl_sync(0xffffffffu, w_first_slot, i);
+      const int pieces = __shfl_sync(0xffffffffu, w_pieces, i);
+      const int stale = (__shfl_sync(0xffffffffu, w_err, i) & kPlanErrorStale) ? 1 : 0;
+      const int lo = t - pstart;
+      const int hi = (tend < pend ? tend : pend) - pstart;
+      const int b = p / H;
+      const int h = p - b * H;
+
+      // ---- stage the chunk's query rows and metadata
+      const int slot = chunk_count & 1;
+      ptx::mbar_wait(&bars.qempty[slot], ((chunk_count >> 1) & 1) ^ 1);
+      uint8_t* qdst = smem + L::kQOff + slot * T::kQSlotBytes;
+      float* sdst = reinterpret_cast<float*>(smem + L::kQScaleOff) + slot * T::kMPad;
+      const int rows = ql * G;
+      for (int idx = lane; idx < rows * q_chunks_per_row; idx += 32) {
+        const int r = idx / q_chunks_per_row;
+        const int c = idx - r * q_chunks_per_row;
+        const int token = qs + r / G;
+        const int head = h * G + (r % G);
+        ptx::cp_async_16(qdst + r * kQRowBytes + c * 16,
+                         a.q + token * a.q_stride_token_bytes + head * a.q_stride_head_bytes + c * 16);
+      }
+      if (a.q_is_fp8) {
+        for (int r = lane; r < rows; r += 32) {
+          const int token = qs + r / G;
+          const int head = h * G + (r % G);
+          ptx::cp_async_4(sdst + r, a.q_scale + static_cast<int64_t>(token) * a.num_q_heads + head);
+        }
+      }
+      if (lane == 0) {
+        ChunkInfo& ci = infos[slot];
+        ci.done = 0;
+        ci.pair = p;
+        ci.batch_idx = b;
+        ci.kv_head = h;
+        ci.tile_lo = lo;
+        ci.tile_hi = hi;
+        ci.seq_len = len;
+        ci.q_start = qs;
+        ci.q_len = ql;
+        ci.split = pieces > 1 ? 1 : 0;
+        // This CTA's piece goes to slot 2*cta if the pair is the CTA's first pair, else 2*cta + 1.
+        ci.slot = 2 * cta + (p == plan.cta_first_pair[cta] ? 0 : 1);
+        ci.first_slot = first_slot;
+        ci.num_pieces = pieces;
+        ci.stale = stale;
+      }
+      ptx::cp_async_mbar_arrive_noinc(&bars.qfull[slot]);
+      if (lane == 0) ptx::mbar_arrive(&bars.qfull[slot]);
+      ++chunk_count;
+
+      // ---- stream the chunk's KV tiles
+      int pw_base = -(1 << 30);  // window of block ids: lane i holds page pw_base + i
+      int pw_blk = 0;
+      for (int tt = lo; tt < hi; ++tt) {
+        const int pos = tt * kTileTokens;
+        const int valid = len - pos;  // tokens of this tile inside the sequence (may exceed 64)
+        const int npages = valid <= 0 ? 0 : (valid >= kTileTokens ? kTileTokens / bs_eff : (valid + bs_eff - 1) / bs_eff);
+        const int pg0 = pos / bs;
+        if (npages > 0 && (pg0 < pw_base || pg0 + npages > pw_base + 32)) {
+          pw_base = pg0;
+          const int pg = pg0 + lane;
+          pw_blk = (pg < a.max_blocks_per_seq && pg * bs < len)
+                       ? a.block_table[static_cast<int64_t>(b) * a.block_table_stride + pg]
+                       : 0;
+        }
+        const int my_blk = __shfl_sync(0xffffffffu, pw_blk, (pg0 - pw_base + lane) & 31);
+        ptx::mbar_wait(&bars.empty[stage], phase ^ 1);
+        uint8_t* ks = smem + L::kStagesOff + stage * T::kStageBytes;
+        uint8_t* vs = ks + T::kKvTileBytes;
+        if (lane == 0) {
+          ptx::mbar_arrive_expect_tx(&bars.full[stage],
+                                     static_cast<uint32_t>(npages * bs_eff * kHeadDim * T::kElt * 2));
+        }
+        __syncwarp();
+        if (lane < npages) {
+          const int tok_off = bs > kTileTokens ? (pos % bs) : 0;
+          const int row0 = lane * bs_eff;
+          int k1, k2, k3, v1, v2, v3;
+          page_coords(a.k_pos_tok, a.k_pos_head, tok_off, h, my_blk, k1, k2, k3);
+          page_coords(a.v_pos_tok, a.v_pos_head, tok_off, h, my_blk, v1, v2, v3);
+          if constexpr (T::kFp8) {
+            ptx::tma_load_4d(ks + row0 * 128, tmap_k, &bars.full[stage], 0, k1, k2, k3, policy);
+            ptx::tma_load_4d(vs + row0 * 128, tmap_v, &bars.full[stage], 0, v1, v2, v3, policy);
+          } else {
+            constexpr int kHalf = kTileTokens * 128;  // bytes of one 64-dim half tile
+            ptx::tma_load_4d(ks + row0 * 128, tmap_k, &bars.full[stage], 0, k1, k2, k3, policy);
+            ptx::tma_load_4d(ks + kHalf + row0 * 128, tmap_k, &bars.full[stage], 64, k1, k2, k3, policy);
+            ptx::tma_load_4d(vs + row0 * 128, tmap_v, &bars.full[stage], 0, v1, v2, v3, policy);
+            ptx::tma_load_4d(vs + kHalf + row0 * 128, tmap_v, &bars.full[stage], 64, v1, v2, v3, policy);
+          }
+        }
+        if (++stage == T::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      t = pstart + hi;
+      ++p;
+    }
+  }
+  // ---- no more chunks
+  const int slot = chunk_count & 1;
+  ptx::mbar_wait(&bars.qempty[slot], ((chunk_count >> 1) & 1) ^ 1);
+  if (lane == 0) infos[slot].done = 1;
+  ptx::cp_async_mbar_arrive_noinc(&bars.qfull[slot]);
+  if (lane == 0) ptx::mbar_arrive(&bars.qfull[slot]);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Consumer helpers.
+// ------------------------------------------------------------------------------------------------------------
+
+// Swizzled byte offset of (row, 16-byte chunk) inside a tile region written by TMA with 128-byte swizzle.
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// Head dim of accumulator element (n-tile L, element c) for this lane.
+template <bool kFp8>
+__device__ __forceinline__ int o_dim(int L, int c, int lane) {
+  if constexpr (kFp8) {
+    return 16 * (L >> 1) + 4 * (lane & 3) + 2 * (c & 1) + (L & 1);
+  } else {
+    return 8 * L + 2 * (lane & 3) + (c & 1);
+  }
+}
+
+// Where the result of one query row goes.
+struct RowDest {
+  int valid;
+  int64_t out_off;  // element offset into out
+  int64_t lse_off;  // element offset into lse
+};
+
+__device__ __forceinline__ RowDest row_dest(const DecodeKernelArgs& a, const ChunkInfo& ci, int r) {
+  RowDest d;
+  const int rows = ci.q_len * a.group;
+  d.valid = r < rows;
+  const int rr = d.valid ? r : 0;
+  const int token = ci.q_start + rr / a.group;
+  const int head = ci.kv_head * a.group + rr % a.group;
+  d.out_off = static_cast<int64_t>(token) * a.out_stride_token + static_cast<int64_t>(head) * a.out_stride_head;
+  d.lse_off = static_cast<int64_t>(token) * a.lse_stride_token + head;
+  return d;
+}
+
+__device__ __forceinline__ uint16_t f2bf(float x) {
+  __nv_bfloat16 b = __float2bfloat16_rn(x);
+  return *reinterpret_cast<uint16_t*>(&b);
+}
+
+// Merges all pieces of a split pair from the partial buffers and writes the final rows (consumer threads).
+static __device__ __noinline__ void merge_pieces(const DecodeKernelArgs& a, const ChunkInfo& ci, float v_scale) {
+  const int ctid = threadIdx.x;  // 0..127
+  const int rows = ci.q_len * a.group;
+  const int n = ci.num_pieces;
+  const int base_slot = ci.first_slot & ~1;
+  const int64_t slot_stride_o = static_cast<int64_t>(a.partial_rows) * kHeadDim;
+  for (int item = ctid; item < rows * 32; item += kConsumerWarps * 32) {
+    const int r = item >> 5;
+    const int d4 = (item & 31) * 4;
+    // log2-sum-exp2 of the pieces for this row
+    float mx = -INFINITY;
+    for (int k = 0; k < n; ++k) {
+      const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
+      mx = fmaxf(mx, ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r));
+    }
+    const float m_use = mx == -INFINITY ? 0.f : mx;
+    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f, wsum = 0.f;
+#pragma unroll 4
+    for (int k = 0; k < n; ++k) {
+      const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
+      const float lse = ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r);
+      const float w = ptx::exp2_approx(lse - m_use);
+      const float4 o = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
+      if (w > 0.f) {
+        acc0 += w * o.x;
+        acc1 += w * o.y;
+        acc2 += w * o.z;
+        acc3 += w * o.w;
+        wsum += w;
+      }
+    }
+    const RowDest dst = row_dest(a, ci, r);
+    const float inv = wsum > 0.f ? v_scale / wsum : 0.f;
+    float o0 = acc0 * inv, o1 = acc1 * inv, o2 = acc2 * inv, o3 = acc3 * inv;
+    if (ci.stale) o0 = o1 = o2 = o3 = __int_as_float(0x7fc00000);
+    uint2 packed;
+    packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
+    packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
+    *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
+    if (a.lse != nullptr && d4 == 0) {
+      a.lse[dst.lse_off] = wsum > 0.f ? (m_use + __log2f(wsum)) * 0.69314718055994531f : -INFINITY;
+    }
+  }
+}
+
+// Writes 4 consecutive dims of row r: final (bf16, scaled by v_scale) or partial (fp32, normalised).
+__device__ __forceinline__ void store_row4(const DecodeKernelArgs& a, const ChunkInfo& ci, int r, int d,
+                                           float o0, float o1, float o2, float o3, float inv_l, float v_scale) {
+  if (ci.split) {
+    float* dst = a.plan.partial_o + (static_cast<int64_t>(ci.slot) * a.partial_rows + r) * kHeadDim + d;
+    *reinterpret_cast<float4*>(dst) = make_float4(o0 * inv_l, o1 * inv_l, o2 * inv_l, o3 * inv_l);
+  } else {
+    const RowDest dst = row_dest(a, ci, r);
+    if (!dst.valid) return;
+    const float s = inv_l * v_scale;
+    float x0 = o0 * s, x1 = o1 * s, x2 = o2 * s, x3 = o3 * s;
+    if (ci.stale) x0 = x1 = x2 = x3 = __int_as_float(0x7fc00000);
+    uint2 packed;
+    packed.x = static_cast<uint32_t>(f2bf(x0)) | (static_cast<uint32_t>(f2bf(x1)) << 16);
+    packed.y = static_cast<uint32_t>(f2bf(x2)) | (static_cast<uint32_t>(f2bf(x3)) << 16);
+    *reinterpret_cast<uint2*>(a.out + dst.out_off + d) = packed;
+  }
+}
+
+__device__ __forceinline__ void store_row2(const DecodeKernelArgs& a, const ChunkInfo& ci, int r, int d,
+                                           float o0, float o1, float inv_l, float v_scale) {
+  if (ci.split) {
+    float* dst = a.plan.partial_o + (static_cast<int64_t>(ci.slot) * a.partial_rows + r) * kHeadDim + d;
+    *reinterpret_cast<float2*>(dst) = make_float2(o0 * inv_l, o1 * inv_l);
+  } else {
+    const RowDest dst = row_dest(a, ci, r);
+    if (!dst.valid) return;
+    const float s = inv_l * v_scale;
+    float x0 = o0 * s, x1 = o1 * s;
+    if (ci.stale) x0 = x1 = __int_as_float(0x7fc00000);
+    *reinterpret_cast<uint32_t*>(a.out + dst.out_off + d) =
+        static_cast<uint32_t>(f2bf(x0)) | (static_cast<uint32_t>(f2bf(x1)) << 16);
+  }
+}
+
+// Row LSE (log2 domain, -inf when the row saw no key) to the partial buffer or, natural log, to `lse`.
+__device__ __forceinline__ void store_lse(const DecodeKernelArgs& a, const ChunkInfo& ci, int r, float lse2) {
+  if (ci.split) {
+    a.plan.partial_lse[static_cast<int64_t>(ci.slot) * a.partial_rows + r] = lse2;
+  } else if (a.lse != nullptr) {
+    const RowDest dst = row_dest(a, ci, r);
+    if (dst.valid) a.lse[dst.lse_off] = lse2 * 0.69314718055994531f;
+  }
+}
+
+// Query A-fragment (m16 x k16) for k-step ks of the 16 rows starting at row r0 of the Q slot.
+template <class T>
+__device__ __forceinline__ void load_q_frag(uint32_t (&qa)[4], const uint8_t* qslot, int r0, int ks, int rows,
+                                            int lane, int q_is_fp8, float inv_pow2_lo, float inv_pow2_hi) {
+  if constexpr (!T::kFp8) {
+    // bf16: ldmatrix x4 over (rows lo, k lo), (rows hi, k lo), (rows lo, k hi), (rows hi, k hi)
+    const int mat = lane >> 3;
+    const int row = r0 + (mat & 1) * 8 + (lane & 7);
+    const int col = ks * 16 + (mat >> 1) * 8;
+    ptx::ldmatrix_x4(ptx::smem_addr(qslot + row * kQRowBytes + col * 2), qa[0], qa[1], qa[2], qa[3]);
+    const int rlo = r0 + (lane >> 2);
+    if (rlo >= rows) qa[0] = qa[2] = 0u;
+    if (rlo + 8 >= rows) qa[1] = qa[3] = 0u;
+  } else {
+    const int rlo = r0 + (lane >> 2);
+    const int rhi = rlo + 8;
+    const int dim = ks * 16 + 4 * (lane & 3);  // 4 consecutive physical dims
+    if (q_is_fp8) {
+      const uint32_t wlo = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + dim) : 0u;
+      const uint32_t whi = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + dim) : 0u;
+      qa[0] = ptx::e4m3x2_to_f16x2(wlo & 0xffffu);
+      qa[1] = ptx::e4m3x2_to_f16x2(whi & 0xffffu);
+      qa[2] = ptx::e4m3x2_to_f16x2(wlo >> 16);
+      qa[3] = ptx::e4m3x2_to_f16x2(whi >> 16);
+    } else {
+      uint2 vlo = make_uint2(0u, 0u), vhi = make_uint2(0u, 0u);
+      if (rlo < rows) vlo = *reinterpret_cast<const uint2*>(qslot + rlo * kQRowBytes + dim * 2);
+      if (rhi < rows) vhi = *reinterpret_cast<const uint2*>(qslot + rhi * kQRowBytes + dim * 2);
+      qa[0] = ptx::pack_f16x2(ptx::bf16_bits_to_float(vlo.x & 0xffffu) * inv_pow2_lo,
+                              ptx::bf16_bits_to_float(vlo.x >> 16) * inv_pow2_lo);
+      qa[2] = ptx::pack_f16x2(ptx::bf16_bits_to_float(vlo.y & 0xffffu) * inv_pow2_lo,
+                              ptx::bf16_bits_to_float(vlo.y >> 16) * inv_pow2_lo);
+      qa[1] = ptx::pack_f16x2(ptx::bf16_bits_to_float(vhi.x & 0xffffu) * inv_pow2_hi,
+                              ptx::bf16_bits_to_float(vhi.x >> 16) * inv_pow2_hi);
+      qa[3] = ptx::pack_f16x2(ptx::bf16_bits_to_float(vhi.y & 0xffffu) * inv_pow2_hi,
+                              ptx::bf16_bits_to_float(vhi.y >> 16) * inv_pow2_hi);
+    }
+  }
+}
+
+// FP8 KV with a bf16 query: the query is carried in f16 as q * 2^-e per row, e chosen so the row's largest
+// magnitude lands in [2^14, 2^15). Returns e for the 16 rows of the m-tile starting at r0, for this lane's
+// two rows (lo = r0 + lane/4, hi = lo + 8).
+__device__ __forceinline__ void bf16_row_exponents(const uint8_t* qslot, int r0, int rows, int lane, int& e_lo,
+                                                   int& e_hi) {
+  // lane pair (2i, 2i+1) scans row r0 + i, 64 dims each
+  const int row = r0 + (lane >> 1);
+  float amax = 0.f;
+  if (row < rows) {
+    const uint8_t* src = qslot + row * kQRowBytes + (lane & 1) * 128;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const uint4 v = *reinterpret_cast<const uint4*>(src + c * 16);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        amax = fmaxf(amax, fabsf(ptx::bf16_bits_to_float(w[j] & 0xffffu)));
+        amax = fmaxf(amax, fabsf(ptx::bf16_bits_to_float(w[j] >> 16)));
+      }
+    }
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  int e = 0;
+  if (amax > 0.f && amax <= FLT_MAX) e = ilogbf(amax) - 14;
+  e_lo = __shfl_sync(0xffffffffu, e, 2 * (lane >> 2));
+  e_hi = __shfl_sync(0xffffffffu, e, 2 * ((lane >> 2) + 8));
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Consumer warps.
+// ------------------------------------------------------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_t* smem, const Barriers& bars,
+                                               const ChunkInfo* infos) {
+  using L = SmemLayout<T>;
+  constexpr int MT = T::MT;
+  constexpr int NT = T::NT;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int rg = warp / T::TW;
+  const int tg = warp % T::TW;
+  const int rbase = rg * T::kRowsPerWarp;  // first row of this warp
+  const int tok0 = tg * T::kWarpTokens;    // first token of a tile handled by this warp
+  const int mat = lane >> 3;
+  const int mrow = lane & 7;
+  const float k_scale = a.k_scale != nullptr ? *a.k_scale : 1.f;
+  const float v_scale = a.v_scale != nullptr ? *a.v_scale : 1.f;
+  int* flag = reinterpret_cast<int*>(smem + L::kFlagOff);
+
+  // ---- pairs with no cached tokens: zeros (and LSE -inf)
+  {
+    const int num_empty = a.plan.header[kHdrNumEmpty];
+    for (int e = blockIdx.x * kConsumerWarps + warp; e < num_empty; e += gridDim.x * kConsumerWarps) {
+      const int p = a.plan.empty_pairs[e];
+      ChunkInfo ci{};
+      ci.batch_idx = p / a.num_kv_heads;
+      ci.kv_head = p - ci.batch_idx * a.num_kv_heads;
+      if (a.query_start_loc != nullptr) {
+        const int qs = a.query_start_loc[ci.batch_idx];
+        const int qe = a.query_start_loc[ci.batch_idx + 1];
+        const bool ok = qs >= 0 && qe <= a.num_tokens && qe - qs >= 0 && qe - qs <= a.max_q_len;
+        ci.q_start = qs;
+        ci.q_len = ok ? qe - qs : 0;
+      } else {
+        ci.q_start = ci.batch_idx * a.max_q_len;
+        ci.q_len = a.max_q_len;
+      }
+      const int rows = ci.q_len * a.group;
+      for (int r = 0; r < rows; ++r) {
+        const RowDest d = row_dest(a, ci, r);
+        *reinterpret_cast<uint2*>(a.out + d.out_off + lane * 4) = make_uint2(0u, 0u);
+        if (a.lse != nullptr && lane == 0) a.lse[d.lse_off] = -INFINITY;
+      }
+    }
+  }
+
+  uint32_t chunk_count = 0;
+  int stage = 0;
+  uint32_t phase = 0;
+  while (true) {
+    const int slot = chunk_count & 1;
+    ptx::mbar_wait(&bars.qfull[slot], (chunk_count >> 1) & 1);
+    const ChunkInfo ci = infos[slot];
+    if (ci.done) break;
+    const uint8_t* qslot = smem + L::kQOff + slot * T::kQSlotBytes;
+    const float* qsc = reinterpret_cast<const float*>(smem + L::kQScaleOff) + slot * T::kMPad;
+    const int rows = ci.q_len * a.group;
+    const int len = ci.seq_len;
+
+    // Per-row softmax scale (log2 domain) and causal end (exclusive) for this lane's rows.
+    float rs[MT][2];
+    int row_end[MT][2];
+    float inv_pow2[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      int e_lo = 0, e_hi = 0;
+      if constexpr (T::kFp8) {
+        if (!a.q_is_fp8) bf16_row_exponents(qslot, rbase + mt * 16, rows, lane, e_lo, e_hi);
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = rbase + mt * 16 + hh * 8 + (lane >> 2);
+        const bool valid = r < rows;
+        row_end[mt][hh] = valid ? len - ci.q_len + r / a.group + 1 : len;
+        float s = a.scale_log2;
+        if constexpr (T::kFp8) {
+          s *= k_scale;
+          if (a.q_is_fp8) {
+            s *= valid ? qsc[r] : 0.f;
+          } else {
+            s *= exp2f(static_cast<float>(hh ? e_hi : e_lo));
+          }
+          inv_pow2[mt][hh] = exp2f(-static_cast<float>(hh ? e_hi : e_lo));
+        } else {
+          inv_pow2[mt][hh] = 1.f;
+        }
+        rs[mt][hh] = s;
+      }
+    }
+    const int min_row_end = len - ci.q_len + 1;  // the first query token's causal end
+
+    // Query fragments: kept in registers for one m-tile, re-read from shared memory per tile otherwise.
+    uint32_t qf[MT == 1 ? 8 : 1][4];
+    if constexpr (MT == 1) {
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        load_q_frag<T>(qf[ks], qslot, rbase, ks, rows, lane, a.q_is_fp8, inv_pow2[0][0], inv_pow2[0][1]);
+      }
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
+    }
+
+    float m_run[MT][2], l_run[MT][2];
+    float o[MT][16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        m_run[mt][hh] = -INFINITY;
+        l_run[mt][hh] = 0.f;
+      }
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o[mt][n][c] = 0.f;
+      }
+    }
+
+    for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+      ptx::mbar_wait(&bars.full[stage], phase);
+      const uint8_t* ks_base = smem + L::kStagesOff + stage * T::kStageBytes;
+      const uint8_t* vs_base = ks_base + T::kKvTileBytes;
+      const int pos = tt * kTileTokens;
+
+      // ---- S = Q K^T for this warp's tokens
+      float s[MT][NT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
+
+      if constexpr (!T::kFp8) {
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+          uint32_t qa[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (MT == 1) {
+#pragma unroll
+              for (int j = 0; j < 4; ++j) qa[mt][j] = qf[ks][j];
+            } else {
+              load_q_frag<T>(qa[mt], qslot, rbase + mt * 16, ks, rows, lane, 0, 1.f, 1.f);
+            }
+          }
+#pragma unroll
+          for (int ntp = 0; ntp < NT / 2; ++ntp) {
+            const int token = tok0 + ntp * 16 + (mat >> 1) * 8 + mrow;
+            const int dim = ks * 16 + (mat & 1) * 8;
+            const uint32_t addr = ptx::smem_addr(ks_base + (dim >> 6) * (kTileTokens * 128)) +
+                                  swz(token, (dim & 63) >> 3);
+            uint32_t b0, b1, b2, b3;
+            ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              ptx::mma_bf16(s[mt][2 * ntp], qa[mt], b0, b1);
+              ptx::mma_bf16(s[mt][2 * ntp + 1], qa[mt], b2, b3);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kg = 0; kg < 2; ++kg) {  // 4 k-steps (64 dims) per ldmatrix
+          uint32_t qa[MT][4][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if constexpr (MT == 1) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) qa[mt][i][j] = qf[kg * 4 + i][j];
+              } else {
+                load_q_frag<T>(qa[mt][i], qslot, rbase + mt * 16, kg * 4 + i, rows, lane, a.q_is_fp8,
+                               inv_pow2[mt][0], inv_pow2[mt][1]);
+              }
+            }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int token = tok0 + nt * 8 + mrow;
+            const uint32_t addr = ptx::smem_addr(ks_base) + swz(token, kg * 4 + mat);
+            uint32_t w[4];
+            ptx::ldmatrix_x4(addr, w[0], w[1], w[2], w[3]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint32_t b0 = ptx::e4m3x2_to_f16x2(w[i] & 0xffffu);
+              const uint32_t b1 = ptx::e4m3x2_to_f16x2(w[i] >> 16);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) ptx::mma_f16(s[mt][nt], qa[mt][i], b0, b1);
+            }
+          }
+        }
+      }
+
+      // ---- scale, mask, online softmax
+      const bool need_mask = pos + kTileTokens > min_row_end;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
+              if (need_mask) {
+                const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
+                v = kv < row_end[mt][hh] ? v : -INFINITY;
+              }
+              s[mt][nt][hh * 2 + c] = v;
+              mx = fmaxf(mx, v);
+            }
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[mt][hh], mx);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
+          m_run[mt][hh] = m_new;
+          float rowsum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
+              s[mt][nt][hh * 2 + c] = pv;
+              rowsum += pv;
+            }
+          }
+          l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
+#pragma unroll
+          for (int n = 0; n < 16; ++n) {
+            o[mt][n][hh * 2] *= alpha;
+            o[mt][n][hh * 2 + 1] *= alpha;
+          }
+        }
+      }
+
+      // ---- O += P V
+      const bool mask_v = pos + kTileTokens > len;
+#pragma unroll
+      for (int j = 0; j < T::KSPV; ++j) {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (T::kFp8) {
+            pa[mt][0] = ptx::pack_f16x2(s[mt][2 * j][0], s[mt][2 * j][1]);
+            pa[mt][1] = ptx::pack_f16x2(s[mt][2 * j][2], s[mt][2 * j][3]);
+            pa[mt][2] = ptx::pack_f16x2(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+            pa[mt][3] = ptx::pack_f16x2(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+          } else {
+            pa[mt][0] = ptx::pack_bf16x2(s[mt][2 * j][0], s[mt][2 * j][1]);
+            pa[mt][1] = ptx::pack_bf16x2(s[mt][2 * j][2], s[mt][2 * j][3]);
+            pa[mt][2] = ptx::pack_bf16x2(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+            pa[mt][3] = ptx::pack_bf16x2(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+          }
+        }
+        const int tokb = tok0 + j * 16;
+        // tokens of this lane's V fragment halves: lo regs -> tokb + 2(l%4) + {0,1}; hi regs -> +8
+        const int ta = pos + tokb + 2 * (lane & 3);
+        if constexpr (!T::kFp8) {
+          uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;
+          if (mask_v) {
+            keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
+            keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
+          }
+#pragma unroll
+          for (int dp = 0; dp < 8; ++dp) {
+            const int token = tokb + (mat & 1) * 8 + mrow;
+            const int dim = dp * 16 + (mat >> 1) * 8;
+            const uint32_t addr = ptx::smem_addr(vs_base + (dim >> 6) * (kTileTokens * 128)) +
+                                  swz(token, (dim & 63) >> 3);
+            uint32_t v0, v1, v2, v3;
+            ptx::ldmatrix_x4_trans(addr, v0, v1, v2, v3);
+            v0 &= keep_lo;
+            v2 &= keep_lo;
+            v1 &= keep_hi;
+            v3 &= keep_hi;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              ptx::mma_bf16(o[mt][2 * dp], pa[mt], v0, v1);
+              ptx::mma_bf16(o[mt][2 * dp + 1], pa[mt], v2, v3);
+            }
+          }
+        } else {
+          uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;
+          if (mask_v) {
+            keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
+            keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
+          }
+#pragma unroll
+          for (int q32 = 0; q32 < 4; ++q32) {
+            const int token = tokb + (mat & 1) * 8 + mrow;
+            const uint32_t addr = ptx::smem_addr(vs_base) + swz(token, 2 * q32 + (mat >> 1));
+            uint32_t w0, w1, w2, w3;
+            ptx::ldmatrix_x4_trans(addr, w0, w1, w2, w3);
+            w0 &= keep_lo;
+            w2 &= keep_lo;
+            w1 &= keep_hi;
+            w3 &= keep_hi;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t wl = half ? w2 : w0;  // tokens lo
+              const uint32_t wh = half ? w3 : w1;  // tokens hi
+              const uint32_t pl = __byte_perm(wl, 0u, 0x3120);
+              const uint32_t ph = __byte_perm(wh, 0u, 0x3120);
+              const uint32_t be0 = ptx::e4m3x2_to_f16x2(pl & 0xffffu);
+              const uint32_t be1 = ptx::e4m3x2_to_f16x2(ph & 0xffffu);
+              const uint32_t bo0 = ptx::e4m3x2_to_f16x2(pl >> 16);
+              const uint32_t bo1 = ptx::e4m3x2_to_f16x2(ph >> 16);
+              const int blk = 2 * q32 + half;
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                ptx::mma_f16(o[mt][2 * blk], pa[mt], be0, be1);
+                ptx::mma_f16(o[mt][2 * blk + 1], pa[mt], bo0, bo1);
+              }
+            }
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+      if (++stage == T::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    if constexpr (MT != 1) {
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
+    }
+
+    // ---- row sums over the quad
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float l = l_run[mt][hh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        l_run[mt][hh] = l;
+      }
+
+    // ---- epilogue
+    if constexpr (T::TW == 1) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = rbase + mt * 16 + hh * 8 + (lane >> 2);
+          const float l = l_run[mt][hh];
+          const float inv = l > 0.f ? 1.f / l : 0.f;
+          const float lse2 = l > 0.f ? m_run[mt][hh] + __log2f(l) : -INFINITY;
+          if (r < rows) {
+            if constexpr (T::kFp8) {
+#pragma unroll
+              for (int bd = 0; bd < 8; ++bd) {
+                const int d = 16 * bd + 4 * (lane & 3);
+                store_row4(a, ci, r, d, o[mt][2 * bd][hh * 2], o[mt][2 * bd + 1][hh * 2],
+                           o[mt][2 * bd][hh * 2 + 1], o[mt][2 * bd + 1][hh * 2 + 1], inv, v_scale);
+              }
+            } else {
+#pragma unroll
+              for (int n = 0; n < 16; ++n) {
+                store_row2(a, ci, r, o_dim<false>(n, 0, lane), o[mt][n][hh * 2], o[mt][n][hh * 2 + 1], inv,
+                           v_scale);
+              }
+            }
+            if ((lane & 3) == 0) store_lse(a, ci, r, lse2);
+          }
+        }
+      }
+    } else {
+      // token groups -> shared memory, then each thread combines (row, 4 dims) items
+      float* mo = reinterpret_cast<float*>(smem + L::kMergeOOff);
+      float* mml = reinterpret_cast<float*>(smem + L::kMergeMLOff);
+      constexpr int kOStride = kHeadDim + 4;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int rl = hh * 8 + (lane >> 2);
+        float* dst = mo + (warp * 16 + rl) * kOStride;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          dst[o_dim<T::kFp8>(n, 0, lane)] = o[0][n][hh * 2];
+          dst[o_dim<T::kFp8>(n, 1, lane)] = o[0][n][hh * 2 + 1];
+        }
+        if ((lane & 3) == 0) {
+          mml[(warp * 16 + rl) * 2 + 0] = m_run[0][hh];
+          mml[(warp * 16 + rl) * 2 + 1] = l_run[0][hh];
+        }
+      }
+      ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+      const int ctid = threadIdx.x;
+      for (int item = ctid; item < T::kMPad * 32; item += kConsumerWarps * 32) {
+        const int r = item >> 5;
+        const int d = (item & 31) * 4;
+        if (r >= rows) continue;
+        const int g = r >> 4;  // row group
+        const int rl = r & 15;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int t2 = 0; t2 < T::TW; ++t2) mx = fmaxf(mx, mml[((g * T::TW + t2) * 16 + rl) * 2]);
+        const float m_use = mx == -INFINITY ? 0.f : mx;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        float lsum = 0.f;
+#pragma unroll
+        for (int t2 = 0; t2 < T::TW; ++t2) {
+          const int w2 = g * T::TW + t2;
+          const float w = ptx::exp2_approx(mml[(w2 * 16 + rl) * 2] - m_use);
+          lsum += w * mml[(w2 * 16 + rl) * 2 + 1];
+          const float4 v = *reinterpret_cast<const float4*>(mo + (w2 * 16 + rl) * kOStride + d);
+          acc[0] += w * v.x;
+          acc[1] += w * v.y;
+          acc[2] += w * v.z;
+          acc[3] += w * v.w;
+        }
+        const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+        store_row4(a, ci, r, d, acc[0], acc[1], acc[2], acc[3], inv, v_scale);
+        if (d == 0) store_lse(a, ci, r, lsum > 0.f ? m_use + __log2f(lsum) : -INFINITY);
+      }
+    }
+
+    // ---- split pair: count finished pieces; the last one merges
+    if (ci.split) {
+      __threadfence();
+      ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+      if (threadIdx.x == 0) {
+        const int prev = atomicAdd(&a.plan.merge_counters[ci.pair], 1);
+        *flag = (prev == ci.num_pieces - 1) ? 1 : 0;
+      }
+      ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+      if (*flag) {
+        __threadfence();
+        merge_pieces(a, ci, v_scale);
+        if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
+      }
+    }
+    // the merge buffers and the flag are reused by the next chunk
+    if (T::TW > 1 || ci.split) ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+    ++chunk_count;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_attention_kernel(const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
+                            const __grid_constant__ DecodeKernelArgs args) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  using L = SmemLayout<T>;
+  uint64_t* bar_base = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
+  Barriers bars;
+  bars.full = bar_base;
+  bars.empty = bar_base + T::kStages;
+  bars.qfull = bar_base + 2 * T::kStages;
+  bars.qempty = bar_base + 2 * T::kStages + 2;
+  ChunkInfo* infos = reinterpret_cast<ChunkInfo*>(smem + L::kInfoOff);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::kStages; ++s) {
+      ptx::mbar_init(&bars.full[s], 1);
+      ptx::mbar_init(&bars.empty[s], kConsumerWarps);
+    }
+    for (int s = 0; s < 2; ++s) {
+      ptx::mbar_init(&bars.qfull[s], 33);
+      ptx::mbar_init(&bars.qempty[s], kConsumerWarps);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerWarps * 32) {
+    producer_warp<T>(&tmap_k, &tmap_v, args, smem, bars, infos);
+  } else {
+    consumer_warps<T>(args, smem, bars, infos);
+  }
+}
+
+}  // namespace decode
+}  // namespace hopperkit

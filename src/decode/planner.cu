@@ -1,0 +1,199 @@
+// hopperkit decode plan: the device planner (one CTA per decode step) and its host launcher.
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include "decode/kernel_args.h"
+#include "decode/plan_limits.h"
+#include "hopperkit/decode/attention.h"
+#include "hopperkit/decode/plan.h"
+#include "hopperkit/error.h"
+
+namespace hopperkit {
+namespace decode {
+
+__global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKernelArgs a) {
+  extern __shared__ int s_prefix[];  // [P + 1]
+  using Scan = cub::BlockScan<int, kPlanThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int s_err;
+  const DecodePlanView& v = a.plan;
+  const int tid = threadIdx.x;
+  const int H = a.num_kv_heads;
+  const int P = a.batch * H;
+  const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
+  if (tid == 0) s_err = 0;
+  __syncthreads();
+
+  // ---- tiles per pair -> exclusive prefix
+  int carry = 0;
+  int err = 0;
+  for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
+    int t[kPlanItemsPerThread];
+#pragma unroll
+    for (int i = 0; i < kPlanItemsPerThread; ++i) {
+      const int p = base + tid * kPlanItemsPerThread + i;
+      t[i] = 0;
+      if (p < P) {
+        int64_t len = a.seq_lens[p / H];
+        if (len < 0 || len > capacity) err = kPlanErrorSeqLenClamped;
+        len = len < 0 ? 0 : (len > capacity ? capacity : len);
+        t[i] = num_tiles(len);
+      }
+    }
+    int agg;
+    Scan(scan_tmp).ExclusiveSum(t, t, agg);
+#pragma unroll
+    for (int i = 0; i < kPlanItemsPerThread; ++i) {
+      const int p = base + tid * kPlanItemsPerThread + i;
+      if (p < P) s_prefix[p] = carry + t[i];
+    }
+    carry += agg;
+    __syncthreads();
+  }
+  if (tid == 0) s_prefix[P] = carry;
+  if (err) atomicOr(&s_err, err);
+  __syncthreads();
+  const int T = carry;
+  for (int p = tid; p <= P; p += kPlanThreads) v.pair_tile_start[p] = s_prefix[p];
+
+  // ---- CTA ranges
+  int C;
+  if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
+    C = dynamic_num_ctas(T, a.max_ctas);
+    for (int i = tid; i < C; i += kPlanThreads) {
+      const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
+      v.cta_tile_start[i] = b;
+      int lo = 0, hi = P;  // last p in [0, P) with s_prefix[p] <= b
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (s_prefix[mid] <= b) lo = mid; else hi = mid;
+      }
+      v.cta_first_pair[i] = lo;
+    }
+  } else {
+    const int S = a.static_splits;
+    C = P * S;
+    for (int i = tid; i < C; i += kPlanThreads) {
+      const int p = i / S, s = i - (i / S) * S;
+      v.cta_tile_start[i] =
+          static_cast<int>(static_split_begin(s_prefix[p], s_prefix[p + 1] - s_prefix[p], s, a.static_chunk_tiles));
+      v.cta_first_pair[i] = p;
+    }
+  }
+  if (tid == 0) v.cta_tile_start[C] = T;
+
+  // ---- per pair: pieces and the slot of the first piece
+  for (int p = tid; p < P; p += kPlanThreads) {
+    const int tiles = s_prefix[p + 1] - s_prefix[p];
+    v.merge_counters[p] = 0;
+    if (tiles == 0) {
+      v.pair_first_slot[p] = -1;
+      v.pair_num_pieces[p] = 0;
+    } else if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
+      const int fc = dynamic_cta_of_tile(s_prefix[p], T, C);
+      const int lc = dynamic_cta_of_tile(s_prefix[p + 1] - 1, T, C);
+      v.pair_num_pieces[p] = lc - fc + 1;
+      v.pair_first_slot[p] = 2 * fc + (dynamic_cta_begin(fc, T, C) >= s_prefix[p] ? 0 : 1);
+    } else {
+      const int S = a.static_splits;
+      const int n = (tiles + a.static_chunk_tiles - 1) / a.static_chunk_tiles;
+      v.pair_num_pieces[p] = n < S ? n : S;
+      v.pair_first_slot[p] = 2 * (p * S);
+    }
+  }
+
+  // ---- pairs without tiles, in order
+  int ecarry = 0;
+  for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
+    int f[kPlanItemsPerThread];
+#pragma unroll
+    for (int i = 0; i < kPlanItemsPerThread; ++i) {
+      const int p = base + tid * kPlanItemsPerThread + i;
+      f[i] = (p < P && s_prefix[p + 1] == s_prefix[p]) ? 1 : 0;
+    }
+    int pos[kPlanItemsPerThread];
+    int agg;
+    Scan(scan_tmp).ExclusiveSum(f, pos, agg);
+#pragma unroll
+    for (int i = 0; i < kPlanItemsPerThread; ++i) {
+      const int p = base + tid * kPlanItemsPerThread + i;
+      if (f[i]) v.empty_pairs[ecarry + pos[i]] = p;
+    }
+    ecarry += agg;
+    __syncthreads();
+  }
+  if (tid == 0) {
+    v.header[kHdrNumCtas] = C;
+    v.header[kHdrTotalTiles] = T;
+    v.header[kHdrNumPairs] = P;
+    v.header[kHdrNumEmpty] = ecarry;
+    v.header[kHdrBatch] = a.batch;
+    v.header[kHdrNumKvHeads] = H;
+    v.header[kHdrErrors] = s_err;
+    v.header[kHdrMode] = a.mode;
+  }
+}
+
+DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num_kv_heads, DType kv_dtype,
+                                         int max_q_len, PlanMode mode, int device) {
+  HK_CHECK(kValue, num_kv_heads >= 1 && num_q_heads >= 1 && num_q_heads % num_kv_heads == 0, "num_q_heads",
+           "a positive multiple of num_kv_heads (" + std::to_string(num_kv_heads) + ")", num_q_heads);
+  const int rows = max_q_len * (num_q_heads / num_kv_heads);
+  HK_CHECK(kUnsupported, rows >= 1 && rows <= kMaxRows, "max_q_len * (num_q_heads / num_kv_heads)",
+           "1.." + std::to_string(kMaxRows), rows);
+  int sms = 0;
+  HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int per_sm = decode_ctas_per_sm(kv_dtype, rows, device);
+  return make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode, sms * per_sm);
+}
+
+DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
+  const DecodePlanConfig& c = pp.config;
+  HK_CHECK(kValue, c.max_batch >= 1 && c.num_kv_heads >= 1 && c.max_ctas >= 1, "config",
+           "a config made by make_decode_plan_config", "max_batch " + std::to_string(c.max_batch));
+  HK_CHECK(kValue, pp.batch >= 0 && pp.batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch),
+           pp.batch);
+  HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,
+           "block_size", "16, 32, 64 or 128", pp.block_size);
+  HK_CHECK(kValue, pp.max_blocks_per_seq >= 1, "max_blocks_per_seq", ">= 1", pp.max_blocks_per_seq);
+  HK_CHECK(kValue, pp.seq_lens != nullptr || pp.batch == 0, "seq_lens", "a device pointer", "null");
+  HK_CHECK(kValue, pp.workspace != nullptr, "workspace", "a device pointer", "null");
+  const DecodePlanLayout layout = decode_plan_layout(c);
+  HK_CHECK(kShape, pp.workspace_bytes >= layout.total_bytes, "workspace",
+           std::to_string(layout.total_bytes) + " bytes", std::to_string(pp.workspace_bytes) + " bytes");
+  HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(pp.workspace) % 256 == 0, "workspace",
+           "a 256-byte aligned pointer", reinterpret_cast<uintptr_t>(pp.workspace) % 256);
+  if (c.mode == PlanMode::kStatic) HK_CHECK(kValue, pp.max_seq_len >= 0, "max_seq_len", ">= 0", pp.max_seq_len);
+  const DecodePlanLaunch launch = decode_plan_launch_info(c, pp.batch, pp.block_size, pp.max_seq_len);
+  PlanKernelArgs a;
+  a.plan = decode_plan_view(c, pp.workspace);
+  a.seq_lens = pp.seq_lens;
+  a.batch = pp.batch;
+  a.num_kv_heads = c.num_kv_heads;
+  a.block_size = pp.block_size;
+  a.max_blocks_per_seq = pp.max_blocks_per_seq;
+  a.mode = static_cast<int>(c.mode);
+  a.max_ctas = c.max_ctas;
+  a.static_splits = 1;
+  a.static_chunk_tiles = 1;
+  if (c.mode == PlanMode::kStatic) static_plan_shape(c, pp.batch, pp.max_seq_len, &a.static_splits, &a.static_chunk_tiles);
+  const size_t smem = static_cast<size_t>(pp.batch * c.num_kv_heads + 1) * sizeof(int);
+  HK_CUDA_CHECK(cudaFuncSetAttribute(decode_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kMaxPlanPairs + 1) * 4));
+  decode_plan_kernel<<<1, kPlanThreads, smem, pp.stream>>>(a);
+  HK_CHECK_LAUNCH("decode_plan_kernel");
+  return launch;
+}
+
+int decode_plan_read_errors(const DecodePlanConfig& config, const void* workspace, cudaStream_t stream) {
+  const DecodePlanLayout l = decode_plan_layout(config);
+  int32_t hdr[kPlanHeaderInts];
+  HK_CUDA_CHECK(cudaMemcpyAsync(hdr, static_cast<const uint8_t*>(workspace) + l.header, sizeof(hdr),
+                                cudaMemcpyDeviceToHost, stream));
+  HK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return hdr[kHdrErrors];
+}
+
+}  // namespace decode
+}  // namespace hopperkit

@@ -1,0 +1,30 @@
+// hopperkit decode attention: defines one compiled variant (included by exactly one file under variants/).
+#pragma once
+
+#include "decode/attention_kernel.cuh"
+#include "decode/variants.h"
+#include "hopperkit/error.h"
+
+#define HK_DEFINE_DECODE_VARIANT(name, fp8, rows, mt, tw)                                                     \
+  namespace hopperkit {                                                                                     \
+  namespace decode {                                                                                        \
+  namespace {                                                                                               \
+  using Traits_##name = DecodeTraits<fp8, mt, tw>;                                                          \
+  static_assert(Traits_##name::kMPad == rows, "variant rows");                                             \
+  void launch_##name(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,     \
+                     cudaStream_t stream) {                                                                 \
+    auto kernel = decode_attention_kernel<Traits_##name>;                                                   \
+    HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
+                                       Traits_##name::kSmemBytes));                                         \
+    kernel<<<grid, kThreads, Traits_##name::kSmemBytes, stream>>>(k, v, args);                              \
+    HK_CHECK_LAUNCH(#name);                                                                                 \
+  }                                                                                                         \
+  }                                                                                                         \
+  const VariantInfo& variant_##name() {                                                                     \
+    static const VariantInfo info{#name, Traits_##name::kSmemBytes, Traits_##name::kStages,                 \
+                                  reinterpret_cast<const void*>(&decode_attention_kernel<Traits_##name>),   \
+                                  &launch_##name};                                                          \
+    return info;                                                                                            \
+  }                                                                                                         \
+  }                                                                                                         \
+  }

@@ -1,0 +1,41 @@
+// hopperkit decode attention: the one list of compiled kernel variants.
+//
+//   X(name, fp8_kv, rows, m_tiles_per_warp, token_groups)
+// rows = query rows per (request, KV head) = q_len * group, rounded up to 16 / 32 / 64 / 128.
+// Each variant is one compilation unit under variants/ (see CMakeLists.txt); the dispatcher in
+// attention_launch.cpp reports any other value.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "decode/kernel_args.h"
+
+#define HK_DECODE_VARIANTS(X)     \
+  X(bf16_r16, false, 16, 1, 4)   \
+  X(bf16_r32, false, 32, 1, 2)   \
+  X(bf16_r64, false, 64, 1, 1)   \
+  X(bf16_r128, false, 128, 2, 1) \
+  X(fp8_r16, true, 16, 1, 4)     \
+  X(fp8_r32, true, 32, 1, 2)     \
+  X(fp8_r64, true, 64, 1, 1)     \
+  X(fp8_r128, true, 128, 2, 1)
+
+namespace hopperkit {
+namespace decode {
+
+struct VariantInfo {
+  const char* name;
+  int smem_bytes;
+  int stages;
+  const void* kernel;  // for occupancy queries
+  void (*launch)(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,
+                 cudaStream_t stream);
+};
+
+#define HK_DECLARE_VARIANT(name, fp8, rows, mt, tw) const VariantInfo& variant_##name();
+HK_DECODE_VARIANTS(HK_DECLARE_VARIANT)
+#undef HK_DECLARE_VARIANT
+
+}  // namespace decode
+}  // namespace hopperkit

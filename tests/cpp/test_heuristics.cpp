@@ -1,0 +1,71 @@
+// CPU tests of the decode scheduling heuristics (shared by the device planner and the kernels).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "hopperkit/decode/heuristics.h"
+
+using namespace hopperkit::decode;
+
+TEST(Heuristics, NumTiles) {
+  EXPECT_EQ(num_tiles(-5), 0);
+  EXPECT_EQ(num_tiles(0), 0);
+  EXPECT_EQ(num_tiles(1), 1);
+  EXPECT_EQ(num_tiles(63), 1);
+  EXPECT_EQ(num_tiles(64), 1);
+  EXPECT_EQ(num_tiles(65), 2);
+  EXPECT_EQ(num_tiles(262144), 4096);
+}
+
+TEST(Heuristics, RowsBucket) {
+  EXPECT_EQ(rows_bucket(1), 16);
+  EXPECT_EQ(rows_bucket(16), 16);
+  EXPECT_EQ(rows_bucket(17), 32);
+  EXPECT_EQ(rows_bucket(64), 64);
+  EXPECT_EQ(rows_bucket(65), 128);
+  EXPECT_EQ(rows_bucket(128), 128);
+  EXPECT_EQ(rows_bucket(129), -1);
+}
+
+TEST(Heuristics, DynamicCtasRespectMinimumWorkAndCap) {
+  EXPECT_EQ(dynamic_num_ctas(0, 132), 0);
+  EXPECT_EQ(dynamic_num_ctas(1, 132), 1);
+  EXPECT_EQ(dynamic_num_ctas(kMinTilesPerCta - 1, 132), 1);
+  EXPECT_EQ(dynamic_num_ctas(100000, 132), 132);
+  for (int64_t T = 1; T < 5000; T += 7) {
+    const int C = dynamic_num_ctas(T, 132);
+    ASSERT_GE(C, 1);
+    ASSERT_LE(C, 132);
+    if (T >= kMinTilesPerCta) ASSERT_GE(T / C, kMinTilesPerCta) << "T=" << T;
+  }
+}
+
+TEST(Heuristics, CtaOfTileInvertsCtaBegin) {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 2000; ++iter) {
+    const int64_t T = 1 + rng() % 300000;
+    const int64_t C = 1 + rng() % std::min<int64_t>(T, 300);
+    int64_t prev = -1;
+    for (int64_t i = 0; i < C; ++i) {
+      const int64_t b = dynamic_cta_begin(i, T, C), e = dynamic_cta_begin(i + 1, T, C);
+      ASSERT_GT(e, b);
+      ASSERT_LE(e - b, (T + C - 1) / C);
+      ASSERT_GE(e - b, T / C);
+      ASSERT_GT(b, prev);
+      prev = b;
+      ASSERT_EQ(dynamic_cta_of_tile(b, T, C), i);
+      ASSERT_EQ(dynamic_cta_of_tile(e - 1, T, C), i);
+    }
+    ASSERT_EQ(dynamic_cta_begin(C, T, C), T);
+  }
+}
+
+TEST(Heuristics, StaticSplits) {
+  EXPECT_EQ(static_num_splits(32, 132, 2048), 5);
+  EXPECT_EQ(static_num_splits(256, 132, 64), 1);
+  EXPECT_EQ(static_num_splits(1, 132, 3), 3);  // never more splits than tiles
+  EXPECT_EQ(static_num_splits(1, 1000, 100000), kMaxStaticSplits);
+  EXPECT_EQ(static_chunk_tiles(2048, 5), 410);
+  EXPECT_EQ(static_split_begin(100, 10, 3, 4), 110);  // clamped at the pair's end
+  EXPECT_EQ(static_split_begin(100, 10, 2, 4), 108);
+}

@@ -1,0 +1,199 @@
+// CPU tests of the decode planner's twin: the invariants of a plan, fuzzed over random batches.
+// (The GPU suite checks that the device planner writes exactly what this twin writes.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "hopperkit/decode/plan.h"
+#include "hopperkit/error.h"
+
+using namespace hopperkit;
+using namespace hopperkit::decode;
+
+namespace {
+
+struct Plan {
+  DecodePlanConfig cfg;
+  std::vector<uint8_t> ws;
+  DecodePlanView v;
+};
+
+Plan make_plan(const DecodePlanConfig& cfg, const std::vector<int32_t>& lens, int block_size, int max_blocks,
+               int max_seq_len) {
+  Plan p;
+  p.cfg = cfg;
+  p.ws.assign(decode_plan_layout(cfg).total_bytes, 0xAB);  // poison: every word the twin owns gets written
+  decode_plan_cpu(cfg, lens.data(), static_cast<int>(lens.size()), block_size, max_blocks, max_seq_len, p.ws.data());
+  p.v = decode_plan_view(cfg, p.ws.data());
+  return p;
+}
+
+int expected_tiles(int32_t len, int64_t capacity) {
+  int64_t l = std::min<int64_t>(std::max<int32_t>(len, 0), capacity);
+  return num_tiles(l);
+}
+
+// Checks every invariant of a plan against the lengths it was made from.
+void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block_size, int max_blocks) {
+  const DecodePlanView& v = p.v;
+  const int H = p.cfg.num_kv_heads;
+  const int B = static_cast<int>(lens.size());
+  const int P = B * H;
+  const int64_t capacity = static_cast<int64_t>(block_size) * max_blocks;
+  ASSERT_EQ(v.header[kHdrNumPairs], P);
+  ASSERT_EQ(v.header[kHdrBatch], B);
+  ASSERT_EQ(v.header[kHdrNumKvHeads], H);
+  // prefix of tiles per pair
+  ASSERT_EQ(v.pair_tile_start[0], 0);
+  bool clamped = false;
+  for (int p = 0; p < P; ++p) {
+    const int32_t len = lens[p / H];
+    if (len < 0 || len > capacity) clamped = true;
+    ASSERT_EQ(v.pair_tile_start[p + 1] - v.pair_tile_start[p], expected_tiles(len, capacity)) << "pair " << p;
+  }
+  ASSERT_EQ((v.header[kHdrErrors] & kPlanErrorSeqLenClamped) != 0, clamped);
+  const int T = v.pair_tile_start[P];
+  ASSERT_EQ(v.header[kHdrTotalTiles], T);
+  const int C = v.header[kHdrNumCtas];
+  ASSERT_LE(C, p.cfg.max_ctas);
+  // every tile exactly once: CTA ranges are contiguous, ordered and cover [0, T)
+  ASSERT_EQ(v.cta_tile_start[0], 0);
+  ASSERT_EQ(v.cta_tile_start[C], T);
+  int min_budget = 1 << 30, max_budget = 0;
+  for (int i = 0; i < C; ++i) {
+    const int b = v.cta_tile_start[i], e = v.cta_tile_start[i + 1];
+    ASSERT_LE(b, e);
+    if (p.cfg.mode == PlanMode::kDynamic) {
+      ASSERT_LT(b, e) << "dynamic plans have no idle CTA";
+      min_budget = std::min(min_budget, e - b);
+      max_budget = std::max(max_budget, e - b);
+    }
+    if (b < e) {
+      const int fp = v.cta_first_pair[i];
+      ASSERT_GE(fp, 0);
+      ASSERT_LT(fp, P);
+      ASSERT_LE(v.pair_tile_start[fp], b);
+      ASSERT_LT(b, v.pair_tile_start[fp + 1]) << "cta_first_pair must hold the CTA's first tile";
+    }
+  }
+  if (p.cfg.mode == PlanMode::kDynamic && C > 0) {
+    ASSERT_LE(max_budget - min_budget, 1) << "budgets equal within one tile";
+    if (T >= kMinTilesPerCta) ASSERT_GE(min_budget, kMinTilesPerCta) << "minimum work per CTA";
+    ASSERT_EQ(C, dynamic_num_ctas(T, p.cfg.max_ctas));
+  }
+  // pieces: the CTAs whose range meets each pair; slots unique over all pieces
+  std::set<int> slots;
+  int empties = 0;
+  for (int q = 0; q < P; ++q) {
+    const int b = v.pair_tile_start[q], e = v.pair_tile_start[q + 1];
+    ASSERT_EQ(v.merge_counters[q], 0);
+    if (b == e) {
+      ASSERT_EQ(v.pair_num_pieces[q], 0);
+      ASSERT_LT(empties, v.header[kHdrNumEmpty]);
+      ASSERT_EQ(v.empty_pairs[empties], q) << "empty pairs listed in order";
+      ++empties;
+      continue;
+    }
+    std::vector<int> ctas;
+    for (int i = 0; i < C; ++i) {
+      const int cb = v.cta_tile_start[i], ce = v.cta_tile_start[i + 1];
+      if (cb < e && ce > b) ctas.push_back(i);
+    }
+    ASSERT_EQ(static_cast<int>(ctas.size()), v.pair_num_pieces[q]) << "pair " << q;
+    for (size_t k = 1; k < ctas.size(); ++k) ASSERT_EQ(ctas[k], ctas[0] + static_cast<int>(k)) << "consecutive CTAs";
+    if (ctas.size() > 1) {
+      for (size_t k = 0; k < ctas.size(); ++k) {
+        const int c = ctas[k];
+        // the slot the attention kernel writes for (CTA c, pair q) ...
+        const int slot = 2 * c + (v.cta_first_pair[c] == q ? 0 : 1);
+        // ... is the one the merge reads
+        const int expect = k == 0 ? v.pair_first_slot[q] : (v.pair_first_slot[q] & ~1) + 2 * static_cast<int>(k);
+        ASSERT_EQ(slot, expect) << "pair " << q << " piece " << k;
+        ASSERT_LT(slot, p.cfg.partial_slots());
+        ASSERT_TRUE(slots.insert(slot).second) << "slot " << slot << " written twice";
+      }
+    }
+  }
+  ASSERT_EQ(empties, v.header[kHdrNumEmpty]);
+}
+
+std::vector<int32_t> random_lens(std::mt19937& rng, int batch, int max_len) {
+  static const int specials[] = {0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097};
+  std::vector<int32_t> lens(batch);
+  const int kind = rng() % 4;
+  for (int b = 0; b < batch; ++b) {
+    switch (kind) {
+      case 0: lens[b] = specials[rng() % (sizeof(specials) / sizeof(int))]; break;
+      case 1: lens[b] = 1 + rng() % max_len; break;
+      case 2: lens[b] = (b == 0) ? max_len : 1 + rng() % 4096; break;  // one long, many short
+      default: lens[b] = (rng() % 3 == 0) ? 0 : 1 + rng() % 512; break;
+    }
+  }
+  return lens;
+}
+
+}  // namespace
+
+TEST(PlannerTwin, FuzzDynamicAndStatic) {
+  std::mt19937 rng(1234);
+  for (int iter = 0; iter < 600; ++iter) {
+    const int H = 1 + rng() % 8;
+    const int group = 1 << (rng() % 5);  // 1..16
+    const int batch = 1 + (iter % 5 == 0 ? rng() % 1024 : rng() % 64);
+    const int block_size = 16 << (rng() % 4);
+    const int max_len = 1 + rng() % 262144;
+    const int max_blocks = (max_len + block_size - 1) / block_size + (rng() % 3);
+    const PlanMode mode = (iter % 3 == 0) ? PlanMode::kStatic : PlanMode::kDynamic;
+    const int sm_ctas = 1 + rng() % 264;
+    const DecodePlanConfig cfg =
+        make_decode_plan_config_for(batch + rng() % 8, H * group, H, DType::kBF16, 1, mode, sm_ctas);
+    std::vector<int32_t> lens = random_lens(rng, batch, max_len);
+    int max_seen = 0;
+    for (int32_t l : lens) max_seen = std::max(max_seen, l);
+    const Plan p = make_plan(cfg, lens, block_size, max_blocks, max_seen);
+    ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, block_size, max_blocks)) << "iter " << iter;
+    // deterministic: a second plan of the same inputs is identical, word for word
+    const Plan p2 = make_plan(cfg, lens, block_size, max_blocks, max_seen);
+    const DecodePlanLayout l = decode_plan_layout(cfg);
+    ASSERT_TRUE(std::equal(p.ws.begin(), p.ws.begin() + l.partial_o, p2.ws.begin())) << "iter " << iter;
+  }
+}
+
+TEST(PlannerTwin, ClampsLengthsBeyondTheBlockTable) {
+  const DecodePlanConfig cfg = make_decode_plan_config_for(4, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132);
+  const std::vector<int32_t> lens = {-3, 100, 1000000, 64};
+  const Plan p = make_plan(cfg, lens, 64, 4, 0);  // capacity 256 tokens
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, 64, 4));
+  EXPECT_NE(p.v.header[kHdrErrors] & kPlanErrorSeqLenClamped, 0);
+  EXPECT_EQ(p.v.pair_tile_start[4], 0 + 2 + 4 + 1);
+}
+
+TEST(PlannerTwin, LongRequestIsSpreadOverAllCtas) {
+  // one 128K request + 31 x 4K (the headline scenario): the dynamic plan uses every CTA with equal
+  // budgets; the static plan gives the long request only a few pieces.
+  const DecodePlanConfig dyn = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132);
+  std::vector<int32_t> lens(32, 4096);
+  lens[0] = 131072;
+  const Plan p = make_plan(dyn, lens, 64, 2048, 131072);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, 64, 2048));
+  EXPECT_EQ(p.v.header[kHdrNumCtas], 132);
+  EXPECT_GT(p.v.pair_num_pieces[0], 60);
+  const DecodePlanConfig st = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kStatic, 132);
+  const Plan s = make_plan(st, lens, 64, 2048, 131072);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(s, lens, 64, 2048));
+  EXPECT_EQ(s.v.pair_num_pieces[0], 5);
+}
+
+TEST(PlannerTwin, EmptyBatchAndAllEmpty) {
+  const DecodePlanConfig cfg = make_decode_plan_config_for(8, 8, 2, DType::kFP8E4M3, 2, PlanMode::kDynamic, 132);
+  const std::vector<int32_t> none;
+  const Plan p0 = make_plan(cfg, none, 16, 1, 0);
+  EXPECT_EQ(p0.v.header[kHdrNumCtas], 0);
+  const std::vector<int32_t> zeros(8, 0);
+  const Plan p1 = make_plan(cfg, zeros, 16, 1, 0);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p1, zeros, 16, 1));
+  EXPECT_EQ(p1.v.header[kHdrNumEmpty], 16);
+}

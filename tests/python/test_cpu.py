@@ -1,0 +1,110 @@
+"""CPU tests of the Python layer (run in CI, no GPU): op schemas, the plan's CPU twin through the binding,
+typed errors, and the references themselves."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import hopperkit
+from hopperkit import _core
+from hopperkit.reference import decode_attention_reference
+
+
+def test_build_info():
+    info = hopperkit.build_info()
+    assert info["cuda_archs"] == "sm_90a"
+    assert info["version"] == hopperkit.__version__
+
+
+def test_ops_are_registered_with_their_mutations():
+    s = str(torch.ops.hopperkit.decode_attention.default._schema)
+    assert "Tensor(a9!) workspace" in s and "Tensor(a10!) out" in s and "Tensor(a11!)? lse" in s
+    assert "Tensor q," in s and "Tensor k_cache," in s  # inputs are not mutated
+    s = str(torch.ops.hopperkit.decode_plan.default._schema)
+    assert "Tensor(a0!) workspace" in s and "Tensor seq_lens" in s
+
+
+def _cfg(max_batch=8, hq=8, hkv=1, mode=0, sm_ctas=132, max_q_len=1):
+    return _core.call("make_config", max_batch, hq, hkv, 0, max_q_len, mode, 0, sm_ctas)
+
+
+def test_cpu_twin_through_the_binding():
+    cfg = _core.call("plan_launch_info", _cfg(), 3, 64, 0)
+    raw = _core.call("plan_cpu", cfg, [131072, 64, 0], 64, 2048, 0)
+    lay = _core.call("plan_layout", cfg)
+    ws = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    hdr = ws[lay["header"]:lay["header"] + 32].view(torch.int32).tolist()
+    C, T, P, E = hdr[:4]
+    assert (T, P, E) == (2048 + 1, 3, 1)
+    assert C == 132
+    starts = ws[lay["cta_tile_start"]:lay["cta_tile_start"] + 4 * (C + 1)].view(torch.int32)
+    budgets = (starts[1:] - starts[:-1]).tolist()
+    assert max(budgets) - min(budgets) <= 1 and sum(budgets) == T
+
+
+def test_core_errors_are_typed():
+    with pytest.raises(hopperkit.UnsupportedError) as e:
+        _core.call("make_config", 8, 64, 2, 0, 1, 0, 0, 132)  # group 32
+    assert e.value.arg == "num_q_heads / num_kv_heads" and e.value.actual == "32"
+    with pytest.raises(hopperkit.InvalidValueError, match="max_q_len"):
+        _core.call("make_config", 8, 8, 1, 0, 9, 0, 0, 132)
+    with pytest.raises(hopperkit.DtypeError):
+        _core.call("make_config", 8, 8, 1, 7, 1, 0, 0, 132)
+    with pytest.raises(hopperkit.InvalidValueError, match="seq_lens"):
+        _core.call("plan_launch_info", _cfg(max_batch=4), 5, 64, 0)
+
+
+def test_python_layer_rejects_cpu_tensors_and_bad_modes():
+    q = torch.zeros(2, 8, 128, dtype=torch.bfloat16)
+    with pytest.raises(hopperkit.DeviceError, match="'q'"):
+        hopperkit.decode_attention(q, q, q, q, q, plan=None)
+    with pytest.raises(hopperkit.InvalidValueError, match="mode"):
+        hopperkit.DecodePlan(8, 8, 1, mode="round-robin")
+    with pytest.raises(hopperkit.DtypeError, match="kv_dtype"):
+        hopperkit.DecodePlan(8, 8, 1, kv_dtype=torch.float16)
+    with pytest.raises(hopperkit.DeviceError, match="device"):
+        hopperkit.DecodePlan(8, 8, 1, device="cpu")
+
+
+def test_quantize_query_fp8_roundtrip():
+    q = torch.randn(5, 8, 128) * 3
+    q8, s = hopperkit.quantize_query_fp8(q)
+    assert q8.dtype == torch.float8_e4m3fn and s.shape == (5, 8)
+    back = q8.float() * s[..., None]
+    # e4m3: 3 mantissa bits (half-ulp 2^-4 relative), subnormal step 2^-9 (times the scale)
+    assert ((back - q).abs() <= q.abs() * 0.0625 + s[..., None] * 2.0**-10 + 1e-7).all()
+
+
+def _naive(q, k, v, scale, qlen):
+    """One request, one KV head group: float64 loops over tokens."""
+    L = k.shape[0]
+    out = torch.zeros_like(q, dtype=torch.float64)
+    for t in range(qlen):
+        end = L - qlen + t + 1
+        for h in range(q.shape[1]):
+            s = (k[:end, 0].double() @ q[t, h].double()) * scale
+            p = torch.softmax(s, dim=0)
+            out[t, h] = p @ v[:end, 0].double()
+    return out
+
+
+def test_reference_matches_naive_loops_on_cpu():
+    g = torch.Generator().manual_seed(0)
+    bs, L, ql, H = 16, 37, 3, 4
+    pages = (L + bs - 1) // bs
+    k = torch.randn(pages + 2, bs, 1, 128, generator=g)
+    v = torch.randn(pages + 2, bs, 1, 128, generator=g)
+    bt = torch.tensor([[3, 0, 2, 99]], dtype=torch.int32)  # pages out of order, a junk trailing entry
+    q = torch.randn(ql, H, 128, generator=g)
+    out, lse, covered = decode_attention_reference(q, k, v, bt, torch.tensor([L], dtype=torch.int32),
+                                                   softmax_scale=1 / math.sqrt(128))
+    kk = k[bt[0, :pages].long()].reshape(-1, 1, 128)[:L]
+    vv = v[bt[0, :pages].long()].reshape(-1, 1, 128)[:L]
+    ref = _naive(q, kk, vv, 1 / math.sqrt(128), ql)
+    assert covered.all()
+    assert torch.allclose(out, ref, atol=1e-10)
+    # lse of the last token (sees every key)
+    s = (kk[:, 0].double() @ q[-1].double().T) / math.sqrt(128)
+    assert torch.allclose(lse[-1].double(), torch.logsumexp(s, dim=0), atol=1e-5)

@@ -1,0 +1,247 @@
+"""GPU tests of paged decode attention (need an sm_90 GPU; skipped with a reason elsewhere)."""
+from __future__ import annotations
+
+import os
+import random
+import zlib
+
+import pytest
+import torch
+
+import hopperkit
+from decode_cases import check, make_case, make_plan, run
+
+pytestmark = pytest.mark.gpu
+
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+# Fresh inputs every run; the run seed is printed so a failure can be replayed with HK_TEST_SEED.
+RUN_SEED = int(os.environ.get("HK_TEST_SEED", random.randrange(1 << 30)))
+print(f"decode GPU tests: HK_TEST_SEED={RUN_SEED}")
+
+
+def _seed(name):
+    return (RUN_SEED + zlib.crc32(name.encode())) % (1 << 31)
+
+
+def _lens(kind, batch, seed=0):
+    rng = random.Random(seed)
+    if kind == "short":
+        return [rng.randint(1, 300) for _ in range(batch)]
+    if kind == "mixed":
+        return [rng.choice([1, 63, 64, 65, 127, 128, 129, rng.randint(1, 5000)]) for _ in range(batch)]
+    raise ValueError(kind)
+
+
+# ---- the sweep: (name, lens, kwargs) ------------------------------------------------------------------------
+SWEEP = [
+    # lengths around tile (64) and page boundaries, batch 1
+    *[(f"len{L}", [L], {}) for L in (1, 2, 63, 64, 65, 127, 128, 129, 4095, 4097)],
+    ("longest_262144", [262144], {}),
+    ("one_long_many_short", [70000] + [37] * 15, {}),
+    # every block size, with its page boundaries +-1
+    *[(f"bs{bs}_edges", [bs - 1, bs, bs + 1, 3 * bs + 5, 1], {"block_size": bs}) for bs in (16, 32, 64, 128)],
+    # groups (GQA) 1, 4, 8, 16 and several KV heads
+    *[(f"group{g}", _lens("mixed", 9, g), {"num_q_heads": 2 * g, "num_kv_heads": 2}) for g in (1, 4, 8, 16)],
+    # speculative decoding: q_len 1..8 uniform (rows up to group 16 x 8 = 128)
+    *[(f"qlen{ql}", _lens("mixed", 6, ql), {"q_lens": ql}) for ql in (2, 3, 4, 5, 8)],
+    ("qlen8_group16", _lens("mixed", 5, 99), {"q_lens": 8, "num_q_heads": 16, "num_kv_heads": 1}),
+    ("qlen4_group16", _lens("mixed", 7, 98), {"q_lens": 4, "num_q_heads": 32, "num_kv_heads": 2}),
+    # ragged q_len through query_start_loc, with padding tokens after the last request
+    ("ragged_qlen", [200, 64, 5, 1000, 3], {"q_lens": [1, 4, 2, 8, 3], "extra_tokens": 3}),
+    ("qlen_gt_len", [2, 1, 40], {"q_lens": [4, 3, 8]}),
+    # empty requests inside a batch
+    ("zero_len", [0, 100, 0, 5], {}),
+    # batch sizes
+    ("batch1024_short", _lens("short", 1024, 7), {}),
+    ("batch300_mixed", _lens("mixed", 300, 8), {"block_size": 16}),
+    # strided caches: HND and packed K|V pages
+    ("hnd", _lens("mixed", 12, 3), {"layout": "HND"}),
+    ("packed_kv", _lens("mixed", 12, 4), {"layout": "packed", "block_size": 32}),
+]
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("name,lens,kw", SWEEP, ids=[c[0] for c in SWEEP])
+def test_bf16(name, lens, kw, mode):
+    case = make_case(lens, seed=_seed(name + mode), **kw)
+    plan = make_plan(case, mode=mode)
+    out, lse = run(case, plan)
+    check(case, out, lse, f"{name}/{mode} seed={RUN_SEED}")
+    plan.check()
+
+
+FP8_SWEEP = [c for c in SWEEP if c[0] in (
+    "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
+    "group1", "group16", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len", "batch1024_short", "hnd",
+    "packed_kv")]
+
+
+@pytest.mark.parametrize("q_dtype", [FP8, BF16], ids=["q_fp8", "q_bf16"])
+@pytest.mark.parametrize("name,lens,kw", FP8_SWEEP, ids=[c[0] for c in FP8_SWEEP])
+def test_fp8_kv(name, lens, kw, q_dtype):
+    case = make_case(lens, kv_dtype=FP8, q_dtype=q_dtype, seed=_seed("fp8" + name), **kw)
+    plan = make_plan(case)
+    out, lse = run(case, plan)
+    check(case, out, lse, f"fp8/{name} seed={RUN_SEED}")
+
+
+def test_fp8_static_mode():
+    case = make_case([5000, 64, 65, 1], kv_dtype=FP8, seed=5)
+    out, lse = run(case, make_plan(case, mode="static"))
+    check(case, out, lse, "fp8 static")
+
+
+def test_plan_matches_cpu_twin():
+    rng = random.Random(11)
+    for it in range(40):
+        B = rng.choice([1, 3, 17, 128, 256, 1024])
+        H = rng.choice([1, 2, 8])
+        bs = rng.choice([16, 32, 64, 128])
+        lens = [rng.choice([0, 1, 64, 65, rng.randint(1, 20000)]) for _ in range(B)]
+        if it % 7 == 0:
+            lens[0] = 262144
+        if it % 11 == 0:
+            lens[-1] = -5  # untrusted: clamped and flagged
+        max_blocks = (max(max(lens), 1) + bs - 1) // bs
+        seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        for mode in ("dynamic", "static"):
+            plan = hopperkit.DecodePlan(B, 8 * H, H, mode=mode)
+            plan.update(seq, block_size=bs, max_blocks_per_seq=max_blocks, max_seq_len=max(max(lens), 0))
+            dev = {k: v.cpu() for k, v in plan.arrays().items()}
+            twin = plan.cpu_twin(lens, block_size=bs, max_blocks_per_seq=max_blocks, max_seq_len=max(max(lens), 0))
+            C = int(twin["header"][0])
+            P = B * H
+            assert torch.equal(dev["header"], twin["header"]), (it, mode, dev["header"], twin["header"])
+            for key, n in (("pair_tile_start", P + 1), ("pair_first_slot", P), ("pair_num_pieces", P),
+                           ("cta_tile_start", C + 1), ("cta_first_pair", C), ("merge_counters", P),
+                           ("empty_pairs", int(twin["header"][3]))):
+                assert torch.equal(dev[key][:n], twin[key][:n]), (it, mode, key)
+
+
+def test_plan_kernel_reuse_across_layers_and_bitwise_determinism():
+    case = make_case(_lens("mixed", 40, 21) + [30000], seed=21)
+    plan = make_plan(case)
+    outs = [run(case, plan)[0] for _ in range(4)]  # four "layers" sharing one plan
+    check(case, outs[0], None, "layer 0")
+    for o in outs[1:]:
+        assert torch.equal(o.view(torch.int16), outs[0].view(torch.int16)), "outputs differ between runs"
+
+
+def test_cuda_graph_with_lengths_changing_between_replays():
+    lens0 = [4000, 70, 1, 900, 20000, 64]
+    case = make_case([30000] * 6, seed=31)  # cache big enough for every replay's lengths
+    case.seq_lens.copy_(torch.tensor(lens0, dtype=torch.int32))
+    plan = hopperkit.DecodePlan(6, 8, 1)
+    out = torch.full(case.q.shape, float("nan"), dtype=BF16, device="cuda")
+    kw = case.kwargs()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture
+        plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
+        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
+                                   out=out, **kw)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
+        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
+                                   out=out, **kw)
+    rng = random.Random(3)
+    for rep in range(5):
+        lens = [rng.randint(0, 30000) for _ in range(6)]
+        lens[rep % 6] = rng.choice([1, 64, 65, 30000])
+        case.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        check(case, out, None, f"graph replay {rep} lens={lens}")
+    plan.check()
+
+
+def test_stale_plan_is_detected_not_silent():
+    case = make_case([1000, 200, 5000], seed=41)
+    plan = make_plan(case)
+    case.seq_lens[1] = 900  # more tiles than planned, without plan.update
+    out, _ = run(case, plan)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1].float()).all(), "a stale plan must not produce plausible output"
+    with pytest.raises(hopperkit.PlanError):
+        plan.check()
+    plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
+    out, lse = run(case, plan)
+    check(case, out, lse, "after replanning")
+    plan.check()
+
+
+def test_output_into_caller_tensor_and_lse_optional():
+    case = make_case([300, 3000], seed=51)
+    plan = make_plan(case)
+    big = torch.full((case.q.shape[0], case.q.shape[1], 256), float("nan"), dtype=BF16, device="cuda")
+    out_view = big[:, :, :128]  # a strided caller tensor
+    res = hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
+                                     out=out_view, **case.kwargs())
+    assert res.data_ptr() == out_view.data_ptr()
+    check(case, out_view, None, "caller out")
+    assert torch.isnan(big[:, :, 128:].float()).all()
+
+
+def test_bad_inputs_raise_typed_errors_and_launch_nothing():
+    case = make_case([100, 200], seed=61)
+    plan = make_plan(case)
+    out = torch.full(case.q.shape, float("nan"), dtype=BF16, device="cuda")
+
+    def call(**over):
+        args = dict(q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, block_table=case.block_table,
+                    seq_lens=case.seq_lens, plan=plan)
+        kw = case.kwargs()
+        kw["out"] = out
+        for k, v in over.items():
+            (args if k in args else kw)[k] = v
+        return hopperkit.decode_attention(*args.values(), **kw)
+
+    with pytest.raises(hopperkit.DtypeError, match="'q'"):
+        call(q=case.q.float())
+    with pytest.raises(hopperkit.UnsupportedError, match="head_dim"):
+        call(q=torch.randn(2, 8, 96, device="cuda", dtype=BF16))
+    with pytest.raises(hopperkit.ShapeError, match="v_cache"):
+        call(v_cache=case.v_cache[:, :32])
+    with pytest.raises(hopperkit.DtypeError, match="block_table"):
+        call(block_table=case.block_table.long())
+    with pytest.raises(hopperkit.DeviceError, match="seq_lens"):
+        call(seq_lens=case.seq_lens.cpu())
+    with pytest.raises(hopperkit.AlignmentError, match="'q'"):
+        qq = torch.randn(2, 8, 129, device="cuda", dtype=BF16)[:, :, :128]  # head stride 129 elements
+        call(q=qq)
+    with pytest.raises(hopperkit.InvalidValueError, match="plan"):
+        call(seq_lens=case.seq_lens[:1], block_table=case.block_table[:1], q=case.q[:1], out=out[:1])
+    with pytest.raises(hopperkit.InvalidValueError, match="plan"):
+        fp8 = make_case([100, 200], kv_dtype=torch.float8_e4m3fn, seed=62)
+        call(q=fp8.q, q_scale=fp8.q_scale, k_cache=fp8.k_cache, v_cache=fp8.v_cache, k_scale=fp8.k_scale,
+             v_scale=fp8.v_scale)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all(), "a rejected call must not launch"
+
+
+def test_opcheck():
+    case = make_case([100, 700, 3], seed=71)
+    plan = make_plan(case)
+    out = torch.empty(case.q.shape, dtype=BF16, device="cuda")
+    lse = torch.empty(case.q.shape[:2], dtype=torch.float32, device="cuda")
+    torch.library.opcheck(torch.ops.hopperkit.decode_attention.default,
+                          (case.q, None, case.k_cache, case.v_cache, None, None, case.block_table, case.seq_lens,
+                           None, plan.workspace, out, lse, plan.cfg, 1, case.softmax_scale))
+    torch.library.opcheck(torch.ops.hopperkit.decode_plan.default,
+                          (plan.workspace, case.seq_lens, plan.cfg, 64, case.block_table.shape[1], 0))
+
+
+def test_torch_compile():
+    case = make_case([500, 64, 2000], seed=81)
+    plan = hopperkit.DecodePlan(3, 8, 1)
+
+    def step(q, seq_lens):
+        plan.update(seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
+        return hopperkit.decode_attention(q, case.k_cache, case.v_cache, case.block_table, seq_lens, plan)
+
+    compiled = torch.compile(step)
+    out = compiled(case.q, case.seq_lens)
+    check(case, out, None, "torch.compile")
