@@ -406,6 +406,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("decode_bench needs a CUDA GPU (use --dry-run on a CPU)")
     replays, warmup = (10, 3) if args.quick else (50, 10)
+    torch.set_float32_matmul_precision("highest")   # the float32 reference must not run in TF32
     try:
         print("hopperkit:", hopperkit().build_info())
     except Exception as e:  # noqa: BLE001

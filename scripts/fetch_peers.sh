@@ -6,7 +6,7 @@
 #   python/flashinfer/          FlashInfer (pure Python, pruned to what the traced calls import)
 #   python/flashinfer/data/aot/ prebuilt sm_90a JIT modules, found by FlashInfer's AOT lookup
 #   python/tvm_ffi/             apache-tvm-ffi for CPython 3.12 (the device's Python)
-#   MANIFEST.txt, trace.json    what was built and what the emulated walk-through used
+#   MANIFEST.txt                versions, prebuilt modules (sha256), what the trace exercised
 # On the device: `source scripts/peers_env.sh` (sets PYTHONPATH and FlashInfer's variables).
 #
 # Nothing is compiled on the device: modules not prebuilt here fail with
@@ -80,9 +80,11 @@ stage_download() {
     "$BUILD_PY" -c 'import torch' 2>/dev/null || die "$BUILD_PY has no torch (set PEERS_BUILD_PYTHON)"
     "$BUILD_PY" -m venv --system-site-packages "$VENV"
   fi
-  "$VENV/bin/python" -c "import tvm_ffi, einops, tqdm, tabulate, pynvml, jinja2, filelock" 2>/dev/null ||
+  # FlashInfer's import-time deps, plus cuda-core and safetensors, which the device has and
+  # which FlashInfer probes for, so that the trace sees what the device will see
+  "$VENV/bin/python" -c "import tvm_ffi, einops, tqdm, tabulate, pynvml, jinja2, filelock, cuda.core, safetensors" 2>/dev/null ||
     "$VENV/bin/python" -m pip install -q "apache-tvm-ffi==$TVM_FFI_VERSION" einops tqdm tabulate \
-      nvidia-ml-py jinja2 filelock >&2
+      nvidia-ml-py jinja2 filelock cuda-core safetensors >&2
   "$VENV/bin/python" -c "import torch, tvm_ffi; print('build python', torch.__version__, 'tvm_ffi', tvm_ffi.__version__)" >&2
 }
 
@@ -154,6 +156,10 @@ def _empty_nopin(*a, **k):  # pinned host memory needs a GPU
     k.pop("pin_memory", None)
     return _empty(*a, **k)
 torch.empty = _empty_nopin
+import contextlib
+torch.cuda.device = lambda d=None: contextlib.nullcontext()  # CUDA device guards: no-ops here
+torch.cuda.is_current_stream_capturing = lambda: False
+torch.cuda.current_device = lambda: 0
 import flashinfer
 import flashinfer.decode, flashinfer.prefill, flashinfer.rope, flashinfer.page  # noqa: E401,F401
 import flashinfer.jit.core as core
@@ -209,23 +215,39 @@ indices = torch.arange(NP, dtype=torch.int32)
 last = ((kv_lens - 1) % PAGE + 1).to(torch.int32)
 results = []
 ws = torch.zeros(1 << 20, dtype=torch.uint8)
+def _decode(tc, kvdt, cache_kind="tuple", kv_layout="NHD", graph=False, backend="auto", lse=False):
+    kw = {}
+    if graph:
+        kw = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(B + 1, dtype=torch.int32),
+                  paged_kv_indices_buffer=torch.zeros(NP, dtype=torch.int32),
+                  paged_kv_last_page_len_buffer=torch.zeros(B, dtype=torch.int32))
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, kv_layout, use_tensor_cores=tc, backend=backend, **kw)
+    w.plan(indptr, indices, last, HQ, HKV, D, PAGE,
+           q_data_type=bf16, kv_data_type=kvdt, o_data_type=bf16)
+    qt = torch.randn(B, HQ, D).to(bf16)
+    shape = (NP, PAGE, HKV, D) if kv_layout == "NHD" else (NP, HKV, PAGE, D)
+    if cache_kind == "tuple":
+        cache = (torch.zeros(shape).to(kvdt), torch.zeros(shape).to(kvdt))
+    elif cache_kind == "tuple_unequal_strides":  # V a strided view: FA2 uses its second module
+        cache = (torch.zeros(shape).to(kvdt), torch.zeros(*shape[:-1], 2 * D).to(kvdt)[..., :D])
+    else:
+        cache = torch.zeros(shape[0], 2, *shape[1:]).to(kvdt)
+    scale = 0.5 if kvdt == e4m3 else None
+    o = w.run(qt, cache, k_scale=scale, v_scale=scale, return_lse=lse)
+    o = o[0] if lse else o
+    results.append({"op": "decode", "use_tensor_cores": tc, "kv": str(kvdt), "cache": cache_kind,
+                    "kv_layout": kv_layout, "cuda_graph": graph, "backend": backend, "return_lse": lse,
+                    "resolved_backend": w.resolved_backend, "out": [list(o.shape), str(o.dtype)]})
+    _patch()
 for tc in (False, True):
     for kvdt in (bf16, e4m3):
-        for layout in ("tuple", "5d"):
-            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
-            w.plan(indptr, indices, last, HQ, HKV, D, PAGE,
-                   q_data_type=bf16, kv_data_type=kvdt, o_data_type=bf16)
-            qt = torch.randn(B, HQ, D).to(bf16)
-            if layout == "tuple":
-                cache = (torch.zeros(NP, PAGE, HKV, D).to(kvdt), torch.zeros(NP, PAGE, HKV, D).to(kvdt))
-            else:
-                cache = torch.zeros(NP, 2, PAGE, HKV, D).to(kvdt)
-            scale = 0.5 if kvdt == e4m3 else None
-            o = w.run(qt, cache, k_scale=scale, v_scale=scale)
-            results.append({"op": "decode", "use_tensor_cores": tc, "kv": str(kvdt), "cache": layout,
-                            "resolved_backend": w.resolved_backend,
-                            "out": [list(o.shape), str(o.dtype)]})
-            _patch()
+        for cache_kind in ("tuple", "5d"):
+            _decode(tc, kvdt, cache_kind)
+        _decode(tc, kvdt, graph=True)
+        _decode(tc, kvdt, kv_layout="HND", lse=True)
+        if tc:
+            _decode(tc, kvdt, "tuple_unequal_strides")
+    _decode(tc, bf16, backend="fa2")
 nnz = int(kv_lens.sum())
 seq_indptr = torch.zeros(B + 1, dtype=torch.int32)
 seq_indptr[1:] = torch.cumsum(kv_lens, 0)
@@ -313,7 +335,7 @@ stage_build() {
   command -v nvcc >/dev/null || die "nvcc not on PATH"
   write_helpers
   flashinfer_env
-  log "building sm_$CUDA_ARCH modules with $MAX_JOBS jobs (tens of minutes on 2 cores; ninja resumes)"
+  log "building modules for FLASHINFER_CUDA_ARCH_LIST=$CUDA_ARCH with $MAX_JOBS jobs (tens of minutes on 2 cores; ninja resumes)"
   FLASHINFER_WORKSPACE_BASE="$JITWS" PYTHONPATH="$FULL" "$VENV/bin/python" "$PYDIR/build.py" "$AOT"
 }
 
@@ -334,12 +356,12 @@ stage_assemble() {
   ensure_exclude
   rm -rf "$PEERS"; mkdir -p "$PEERS/python"
   "$VENV/bin/python" "$PYDIR/assemble.py" "$FULL" "$AOT" "$WORK/trace.json" "$PEERS/python"
-  # apache-tvm-ffi for CPython 3.12, without its C++ sources (only needed to compile)
+  # apache-tvm-ffi for CPython 3.12, without its C++ headers and sources (only needed to
+  # compile; core.so itself links lib/libtvm_ffi.so and lib/libtvm_ffi_testing.so)
   "$VENV/bin/python" -m zipfile -e "$(ls "$WORK/wheels312"/apache_tvm_ffi-"$TVM_FFI_VERSION"-cp312-*.whl)" "$PEERS/python"
   rm -rf "$PEERS/python/tvm_ffi/3rdparty" "$PEERS/python/tvm_ffi/src" "$PEERS/python/tvm_ffi/cython" \
-         "$PEERS/python/tvm_ffi/lib/libtvm_ffi_testing.so"
+         "$PEERS/python/tvm_ffi/include"
   rm -f "$PEERS/python"/apache_tvm_ffi-*.dist-info/RECORD
-  cp "$WORK/trace.json" "$PEERS/trace.json"
   {
     echo "hopperkit peers bundle, built by scripts/fetch_peers.sh on $(date -u +%FT%TZ)"
     echo "flashinfer-python $FI_VERSION (pruned), apache-tvm-ffi $TVM_FFI_VERSION (cp312)"
@@ -350,6 +372,10 @@ stage_assemble() {
       grep -oE 'GLIBC(XX)?_[0-9.]+' | sort -uV | tr '\n' ' '; echo
     echo "prebuilt modules (flashinfer/data/aot/<name>/<name>.so), sha256:"
     (cd "$PEERS/python/flashinfer/data/aot" && sha256sum */*.so)
+    echo "calls walked through by the emulated trace (no kernel ran), with the modules they loaded:"
+    "$VENV/bin/python" -c 'import json,sys,os; t=json.load(open(sys.argv[1]))
+for r in t["results"]: print("  ", json.dumps(r))
+for l in t["loaded"]: print("   loaded", os.path.basename(l["path"]), "calls", sorted(set(l["calls"])))' "$WORK/trace.json"
   } > "$PEERS/MANIFEST.txt"
   local mb; mb=$(du -sm --apparent-size "$PEERS" | cut -f1)
   log "bundle: $PEERS, $mb MiB (apparent size), $(find "$PEERS" -type f | wc -l) files"

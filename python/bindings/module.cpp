@@ -334,4 +334,5 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_ERROR_SEQ_LEN_CLAMPED") = static_cast<int>(decode::kPlanErrorSeqLenClamped);
   m.attr("PLAN_ERROR_STALE") = static_cast<int>(decode::kPlanErrorStale);
   m.attr("PLAN_ERROR_QUERY_LOC") = static_cast<int>(decode::kPlanErrorQueryLoc);
+  m.attr("PLAN_ERROR_BLOCK_ID") = static_cast<int>(decode::kPlanErrorBlockId);
 }

@@ -161,6 +161,8 @@ class DecodePlan:
             reasons.append("a seq_len was negative or beyond block_table's capacity (clamped)")
         if e & _C.PLAN_ERROR_QUERY_LOC:
             reasons.append("query_start_loc gave a request a bad query range (its rows were skipped)")
+        if e & _C.PLAN_ERROR_BLOCK_ID:
+            reasons.append("a block_table entry in use was outside [0, num_blocks) (read as zeros)")
         if reasons:
             raise PlanError("plan", "no errors", "; ".join(reasons))
 

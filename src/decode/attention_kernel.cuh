@@ -114,9 +114,28 @@ __device__ __forceinline__ void page_coords(int pos_tok, int pos_head, int tok, 
   c3 = pos_tok == 3 ? tok : (pos_head == 3 ? head : blk);
 }
 
-__device__ __forceinline__ int clamp_len(int len, int capacity) {
-  return len < 0 ? 0 : (len > capacity ? capacity : len);
+__device__ __forceinline__ int clamp_len(int len, int64_t capacity) {
+  return len < 0 ? 0 : (len > capacity ? static_cast<int>(capacity) : len);
 }
+
+// Query tokens of request b: [qs, qs + ql). Untrusted query_start_loc: a range outside [0, num_tokens) gives
+// ql = 0, more than max_q_len tokens gives the first max_q_len; both set kPlanErrorQueryLoc in err.
+__device__ __forceinline__ void query_range(const DecodeKernelArgs& a, int b, int& qs, int& ql, int& err) {
+  if (a.query_start_loc != nullptr) {
+    qs = a.query_start_loc[b];
+    const int qe = a.query_start_loc[b + 1];
+    ql = qe - qs;
+    if (ql < 0 || ql > a.max_q_len || qs < 0 || qe > a.num_tokens) {
+      err |= kPlanErrorQueryLoc;
+      ql = (qs < 0 || qe > a.num_tokens || ql < 0) ? 0 : a.max_q_len;
+    }
+  } else {
+    qs = b * a.max_q_len;
+    ql = a.max_q_len;
+  }
+}
+
+__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
 
 // ------------------------------------------------------------------------------------------------------------
 // Producer warp.
@@ -133,7 +152,7 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   const int num_pairs = plan.header[kHdrNumPairs];
   const int H = a.num_kv_heads;
   const int G = a.group;
-  const int capacity = a.max_blocks_per_seq * a.block_size;
+  const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
   const int bs = a.block_size;
   const int bs_eff = bs < kTileTokens ? bs : kTileTokens;
   const int q_row_bytes = a.q_is_fp8 ? kHeadDim : 2 * kHeadDim;
@@ -151,7 +170,8 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   if (cta < num_ctas) {
     int t = plan.cta_tile_start[cta];
     const int tend = plan.cta_tile_start[cta + 1];
-    int p = plan.cta_first_pair[cta];
+    const int cta_first_pair = plan.cta_first_pair[cta];
+    int p = cta_first_pair;
     // Window of per-pair metadata: lane i holds pair wp0 + i.
     int wp0 = -(1 << 30);
     int w_start = 0, w_end = 0, w_len = 0, w_qs = 0, w_ql = 0, w_first_slot = 0, w_pieces = 0, w_err = 0;
@@ -167,23 +187,11 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
           w_pieces = plan.pair_num_pieces[qp];
           const int b = qp / H;
           w_len = clamp_len(a.seq_lens[b], capacity);
-          if (a.query_start_loc != nullptr) {
-            const int qs = a.query_start_loc[b];
-            const int qe = a.query_start_loc[b + 1];
-            int ql = qe - qs;
-            if (ql < 0 || ql > a.max_q_len || qs < 0 || qe > a.num_tokens) {
-              w_err |= kPlanErrorQueryLoc;
-              ql = (qs < 0 || qe > a.num_tokens || ql < 0) ? 0 : a.max_q_len;
-            }
-            w_qs = qs;
-            w_ql = ql;
-          } else {
-            w_qs = b * a.max_q_len;
-            w_ql = a.max_q_len;
-          }
+          query_range(a, b, w_qs, w_ql, w_err);
           if (num_tiles(w_len) != w_end - w_start) w_err |= kPlanErrorStale;
         } else {
           w_start = w_end = 0x7fffffff;
+          w_len = w_qs = w_ql = w_first_slot = w_pieces = 0;
         }
         const int any_err = __reduce_or_sync(0xffffffffu, w_err);
         if (lane == 0 && any_err != 0) atomicOr(&plan.header[kHdrErrors], any_err);
@@ -240,7 +248,7 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
         ci.q_len = ql;
         ci.split = pieces > 1 ? 1 : 0;
         // This CTA's piece goes to slot 2*cta if the pair is the CTA's first pair, else 2*cta + 1.
-        ci.slot = 2 * cta + (p == plan.cta_first_pair[cta] ? 0 : 1);
+        ci.slot = 2 * cta + (p == cta_first_pair ? 0 : 1);
         ci.first_slot = first_slot;
         ci.num_pieces = pieces;
         ci.stale = stale;
@@ -260,9 +268,12 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
         if (npages > 0 && (pg0 < pw_base || pg0 + npages > pw_base + 32)) {
           pw_base = pg0;
           const int pg = pg0 + lane;
-          pw_blk = (pg < a.max_blocks_per_seq && pg * bs < len)
-                       ? a.block_table[static_cast<int64_t>(b) * a.block_table_stride + pg]
-                       : 0;
+          const bool used = pg < a.max_blocks_per_seq && static_cast<int64_t>(pg) * bs < len;
+          pw_blk = used ? a.block_table[static_cast<int64_t>(b) * a.block_table_stride + pg] : 0;
+          // an out-of-range id reads zeros through TMA: flag it, never fault
+          if (__any_sync(0xffffffffu, used && (pw_blk < 0 || pw_blk >= a.num_blocks)) && lane == 0) {
+            atomicOr(&plan.header[kHdrErrors], kPlanErrorBlockId);
+          }
         }
         const int my_blk = __shfl_sync(0xffffffffu, pw_blk, (pg0 - pw_base + lane) & 31);
         ptx::mbar_wait(&bars.empty[stage], phase ^ 1);
@@ -350,48 +361,65 @@ __device__ __forceinline__ uint16_t f2bf(float x) {
   return *reinterpret_cast<uint16_t*>(&b);
 }
 
-// Merges all pieces of a split pair from the partial buffers and writes the final rows (consumer threads).
+// Merges all pieces of a split pair from the partial buffers and writes the final rows (consumer threads:
+// one warp per row, lane l owns dims 4l..4l+3; the pieces' weights are computed once per row, 32 at a time).
 static __device__ __noinline__ void merge_pieces(const DecodeKernelArgs& a, const ChunkInfo& ci, float v_scale) {
-  const int ctid = threadIdx.x;  // 0..127
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   const int rows = ci.q_len * a.group;
   const int n = ci.num_pieces;
   const int base_slot = ci.first_slot & ~1;
   const int64_t slot_stride_o = static_cast<int64_t>(a.partial_rows) * kHeadDim;
-  for (int item = ctid; item < rows * 32; item += kConsumerWarps * 32) {
-    const int r = item >> 5;
-    const int d4 = (item & 31) * 4;
-    // log2-sum-exp2 of the pieces for this row
+  const int d4 = lane * 4;
+  for (int r = warp; r < rows; r += kConsumerWarps) {
+    // log2-sum-exp2 over the pieces of this row
     float mx = -INFINITY;
-    for (int k = 0; k < n; ++k) {
+    for (int k = lane; k < n; k += 32) {
       const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
       mx = fmaxf(mx, ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r));
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     const float m_use = mx == -INFINITY ? 0.f : mx;
     float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f, wsum = 0.f;
+    for (int kb = 0; kb < n; kb += 32) {
+      float w_lane = 0.f;
+      if (kb + lane < n) {
+        const int k = kb + lane;
+        const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
+        w_lane = ptx::exp2_approx(ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r) -
+                                  m_use);
+      }
+      wsum += w_lane;
+      const int cnt = n - kb < 32 ? n - kb : 32;
 #pragma unroll 4
-    for (int k = 0; k < n; ++k) {
-      const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
-      const float lse = ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r);
-      const float w = ptx::exp2_approx(lse - m_use);
-      const float4 o = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
-      if (w > 0.f) {
-        acc0 += w * o.x;
-        acc1 += w * o.y;
-        acc2 += w * o.z;
-        acc3 += w * o.w;
-        wsum += w;
+      for (int j = 0; j < cnt; ++j) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, j);
+        const int k = kb + j;
+        const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
+        if (w > 0.f) {
+          const float4 o = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
+          acc0 += w * o.x;
+          acc1 += w * o.y;
+          acc2 += w * o.z;
+          acc3 += w * o.w;
+        }
       }
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
     const RowDest dst = row_dest(a, ci, r);
     const float inv = wsum > 0.f ? v_scale / wsum : 0.f;
     float o0 = acc0 * inv, o1 = acc1 * inv, o2 = acc2 * inv, o3 = acc3 * inv;
-    if (ci.stale) o0 = o1 = o2 = o3 = __int_as_float(0x7fc00000);
+    if (ci.stale) o0 = o1 = o2 = o3 = nan_f();
     uint2 packed;
     packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
     packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
     *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
-    if (a.lse != nullptr && d4 == 0) {
-      a.lse[dst.lse_off] = wsum > 0.f ? (m_use + __log2f(wsum)) * 0.69314718055994531f : -INFINITY;
+    if (a.lse != nullptr && lane == 0) {
+      a.lse[dst.lse_off] = ci.stale ? nan_f()
+                           : wsum > 0.f ? (m_use + __log2f(wsum)) * 0.69314718055994531f
+                                        : -INFINITY;
     }
   }
 }
@@ -407,7 +435,7 @@ __device__ __forceinline__ void store_row4(const DecodeKernelArgs& a, const Chun
     if (!dst.valid) return;
     const float s = inv_l * v_scale;
     float x0 = o0 * s, x1 = o1 * s, x2 = o2 * s, x3 = o3 * s;
-    if (ci.stale) x0 = x1 = x2 = x3 = __int_as_float(0x7fc00000);
+    if (ci.stale) x0 = x1 = x2 = x3 = nan_f();
     uint2 packed;
     packed.x = static_cast<uint32_t>(f2bf(x0)) | (static_cast<uint32_t>(f2bf(x1)) << 16);
     packed.y = static_cast<uint32_t>(f2bf(x2)) | (static_cast<uint32_t>(f2bf(x3)) << 16);
@@ -425,7 +453,7 @@ __device__ __forceinline__ void store_row2(const DecodeKernelArgs& a, const Chun
     if (!dst.valid) return;
     const float s = inv_l * v_scale;
     float x0 = o0 * s, x1 = o1 * s;
-    if (ci.stale) x0 = x1 = __int_as_float(0x7fc00000);
+    if (ci.stale) x0 = x1 = nan_f();
     *reinterpret_cast<uint32_t*>(a.out + dst.out_off + d) =
         static_cast<uint32_t>(f2bf(x0)) | (static_cast<uint32_t>(f2bf(x1)) << 16);
   }
@@ -437,7 +465,7 @@ __device__ __forceinline__ void store_lse(const DecodeKernelArgs& a, const Chunk
     a.plan.partial_lse[static_cast<int64_t>(ci.slot) * a.partial_rows + r] = lse2;
   } else if (a.lse != nullptr) {
     const RowDest dst = row_dest(a, ci, r);
-    if (dst.valid) a.lse[dst.lse_off] = lse2 * 0.69314718055994531f;
+    if (dst.valid) a.lse[dst.lse_off] = ci.stale ? nan_f() : lse2 * 0.69314718055994531f;
   }
 }
 
@@ -504,7 +532,7 @@ __device__ __forceinline__ void bf16_row_exponents(const uint8_t* qslot, int r0,
   }
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
   int e = 0;
-  if (amax > 0.f && amax <= FLT_MAX) e = ilogbf(amax) - 14;
+  if (amax > 0.f && amax <= FLT_MAX) e = max(ilogbf(amax) - 14, -112);  // 2^-e stays finite
   e_lo = __shfl_sync(0xffffffffu, e, 2 * (lane >> 2));
   e_hi = __shfl_sync(0xffffffffu, e, 2 * ((lane >> 2) + 8));
 }
@@ -538,21 +566,19 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       ChunkInfo ci{};
       ci.batch_idx = p / a.num_kv_heads;
       ci.kv_head = p - ci.batch_idx * a.num_kv_heads;
-      if (a.query_start_loc != nullptr) {
-        const int qs = a.query_start_loc[ci.batch_idx];
-        const int qe = a.query_start_loc[ci.batch_idx + 1];
-        const bool ok = qs >= 0 && qe <= a.num_tokens && qe - qs >= 0 && qe - qs <= a.max_q_len;
-        ci.q_start = qs;
-        ci.q_len = ok ? qe - qs : 0;
-      } else {
-        ci.q_start = ci.batch_idx * a.max_q_len;
-        ci.q_len = a.max_q_len;
-      }
+      int err = 0;
+      query_range(a, ci.batch_idx, ci.q_start, ci.q_len, err);
+      // planned empty: a request that has tokens now means the plan is stale -> NaN, flagged
+      const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
+      if (num_tiles(clamp_len(a.seq_lens[ci.batch_idx], capacity)) != 0) err |= kPlanErrorStale;
+      if (err != 0 && lane == 0) atomicOr(&a.plan.header[kHdrErrors], err);
+      const bool stale = (err & kPlanErrorStale) != 0;
+      const uint32_t fill = stale ? 0x7fc07fc0u : 0u;  // bf16 NaN pairs, or zeros
       const int rows = ci.q_len * a.group;
       for (int r = 0; r < rows; ++r) {
         const RowDest d = row_dest(a, ci, r);
-        *reinterpret_cast<uint2*>(a.out + d.out_off + lane * 4) = make_uint2(0u, 0u);
-        if (a.lse != nullptr && lane == 0) a.lse[d.lse_off] = -INFINITY;
+        *reinterpret_cast<uint2*>(a.out + d.out_off + lane * 4) = make_uint2(fill, fill);
+        if (a.lse != nullptr && lane == 0) a.lse[d.lse_off] = stale ? nan_f() : -INFINITY;
       }
     }
   }

@@ -149,6 +149,11 @@ void validate_decode_attention(const DecodeAttentionParams& p) {
   HK_CHECK(kStride, p.block_table_stride >= p.max_blocks_per_seq || p.batch <= 1, "block_table",
            "a row stride >= max_blocks_per_seq (" + std::to_string(p.max_blocks_per_seq) + ")",
            p.block_table_stride);
+  HK_CHECK(kStride, p.q_stride_token >= 0 && p.q_stride_head >= 0, "q", "non-negative strides",
+           "(" + std::to_string(p.q_stride_token) + ", " + std::to_string(p.q_stride_head) + ")");
+  HK_CHECK(kStride, (p.out_stride_token > 0 || p.num_tokens <= 1) && (p.out_stride_head > 0 || p.num_q_heads == 1),
+           "out", "positive strides (no aliasing rows)",
+           "(" + std::to_string(p.out_stride_token) + ", " + std::to_string(p.out_stride_head) + ")");
   HK_CHECK(kValue, p.out != nullptr || p.num_tokens == 0, "out", "a device pointer", "null");
   HK_CHECK(kAlignment,
            reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && (p.out_stride_token * 2) % 16 == 0 &&
@@ -203,8 +208,10 @@ void decode_attention(const DecodeAttentionParams& p) {
   a.q_stride_head_bytes = p.q_stride_head * dtype_size(p.q_dtype);
   a.q_scale = p.q_scale;
   a.q_is_fp8 = p.q_dtype == DType::kFP8E4M3 ? 1 : 0;
-  a.k_scale = p.k_scale;
-  a.v_scale = p.v_scale;
+  // Scales only apply to an fp8 cache (a bf16 cache ignores them, as vLLM passes 1.0 tensors either way).
+  a.k_scale = p.kv_dtype == DType::kFP8E4M3 ? p.k_scale : nullptr;
+  a.v_scale = p.kv_dtype == DType::kFP8E4M3 ? p.v_scale : nullptr;
+  a.num_blocks = p.num_blocks;
   a.block_table = p.block_table;
   a.block_table_stride = p.block_table_stride;
   a.max_blocks_per_seq = p.max_blocks_per_seq;

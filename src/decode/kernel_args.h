@@ -20,6 +20,7 @@ struct DecodeKernelArgs {
   int64_t block_table_stride;
   int max_blocks_per_seq;
   int block_size;                // 16, 32, 64, 128
+  int num_blocks;                // pages in the cache (block ids outside [0, num_blocks) are flagged)
   // Position (1..3) of the token / head / block coordinate in each cache's tensor map (dims sorted by stride).
   int k_pos_tok, k_pos_head, k_pos_blk;
   int v_pos_tok, v_pos_head, v_pos_blk;

@@ -173,6 +173,30 @@ def test_stale_plan_is_detected_not_silent():
     plan.check()
 
 
+def test_stale_plan_of_an_empty_request_is_detected():
+    case = make_case([1000, 0, 5000], seed=42)
+    plan = make_plan(case)
+    case.seq_lens[1] = 50  # planned empty, now has tokens
+    case.block_table[1, 0] = case.block_table[0, 0]
+    out, _ = run(case, plan)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1].float()).all()
+    with pytest.raises(hopperkit.PlanError):
+        plan.check()
+
+
+def test_bad_block_ids_are_flagged_not_faulting():
+    case = make_case([300, 300], seed=43)
+    case.block_table[1, 2] = case.k_cache.shape[0] + 1000  # beyond the cache
+    case.block_table[0, 1] = -7
+    plan = make_plan(case)
+    out, _ = run(case, plan)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out.float()).all()
+    with pytest.raises(hopperkit.PlanError, match="block_table"):
+        plan.check()
+
+
 def test_output_into_caller_tensor_and_lse_optional():
     case = make_case([300, 3000], seed=51)
     plan = make_plan(case)

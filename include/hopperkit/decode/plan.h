@@ -49,6 +49,7 @@ enum PlanError : int {
   kPlanErrorSeqLenClamped = 1,   // a seq_len was negative or beyond block_table's capacity: clamped
   kPlanErrorStale = 2,           // an attention call found seq_lens changed since planning
   kPlanErrorQueryLoc = 4,        // query_start_loc gave a request more than max_q_len or fewer than 0 tokens
+  kPlanErrorBlockId = 8,         // a block_table entry in use was outside [0, num_blocks): its tokens read as 0
 };
 
 // What a plan is sized for. Made once (make_decode_plan_config), then fixed for the plan's life.

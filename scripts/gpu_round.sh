@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One full GPU round on a Hopper (sm_90) machine, in one call:
+#   build + install, the whole GPU test suite ("N passed, N failed"), optional compute-sanitizer pass,
+#   and a quick benchmark. Results and logs go to $OUT (default ./gpu_round_out).
+# Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--sanitize] [--tests EXPR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_round_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+BENCH=quick; SANITIZE=0; TESTS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-bench) BENCH=none ;;
+    --full-bench) BENCH=full ;;
+    --sanitize) SANITIZE=1 ;;
+    --tests) TESTS="$2"; shift ;;
+  esac
+  shift
+done
+PY=${PYTHON:-python3}
+t0=$(date +%s)
+stamp() { echo "[gpu_round +$(( $(date +%s) - t0 ))s] $*"; }
+
+stamp "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null)"
+# carried peer packages (FlashInfer) for the benchmark, if present
+if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
+# anchors travel inside the repo copy for the benchmark
+if [ ! -d bench/anchors ] && [ -d ../shared/anchors ]; then mkdir -p bench/anchors && cp ../shared/anchors/*.json bench/anchors/; fi
+
+# ---- 1. build and install (kernels for sm_90a)
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+stamp "building"
+if ! $PY -m pip install --no-build-isolation --no-deps -q . > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; stamp "BUILD FAILED"; exit 1
+fi
+stamp "built: $($PY -c 'import hopperkit; print(hopperkit.build_info())' 2>&1)"
+
+# ---- 2. the GPU test suite
+stamp "tests"
+K=()
+[ -n "$TESTS" ] && K=(-k "$TESTS")
+$PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml="$OUT/junit.xml" "${K[@]}" > "$OUT/tests.log" 2>&1
+grep -E "^(FAILED|ERROR)|HK_TEST_SEED" "$OUT/tests.log" | head -40
+$PY - "$OUT/junit.xml" <<'PYEOF'
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+s = r if r.tag == "testsuite" else r.find("testsuite")
+t, f, e, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+print(f"GPU tests: {t - f - e - sk} passed, {f + e} failed ({sk} skipped)")
+PYEOF
+tail -3 "$OUT/tests.log"
+
+# ---- 3. compute-sanitizer over a representative subset
+if [ "$SANITIZE" = 1 ]; then
+  SUB="len65 or bs16_edges or qlen8_group16 or ragged_qlen or zero_len or group4 or cuda_graph"
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool"
+    compute-sanitizer --tool $tool --error-exitcode 17 --print-limit 20 \
+      $PY -m pytest tests/python/test_decode_gpu.py -q -x -p no:cacheprovider -k "$SUB and not static" \
+      > "$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -cE 'ERROR SUMMARY: [1-9]' "$OUT/sanitize_$tool.log") error summaries)"
+    grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitize_$tool.log" | tail -3
+  done
+fi
+
+# ---- 4. benchmark
+if [ "$BENCH" != none ]; then
+  stamp "benchmark ($BENCH)"
+  QUICK=(); [ "$BENCH" = quick ] && QUICK=(--quick)
+  $PY -m bench.decode_bench "${QUICK[@]}" --out "$OUT/decode.json" 2>&1 | tee "$OUT/bench.log" | tail -45
+  $PY -m bench.plot_decode "$OUT/decode.json" > /dev/null 2>&1 || true
+fi
+stamp "done"

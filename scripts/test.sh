@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: builds hopperkit (all kernels for sm_90a) and its C++ tests, then runs
+#   1. the C++ CPU tests (planner twin, heuristics, input validation) with ctest,
+#   2. the Python tests (pytest). GPU tests run only on an sm_90 GPU and are skipped with a reason elsewhere.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+echo "== build + install the Python package (pip install .)"
+$PY -m pip install --no-build-isolation --no-deps . 
+echo "== C++ tests"
+cmake -S . -B build/cpp-tests -DHOPPERKIT_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build/cpp-tests --target hopperkit_cpu_tests -j "$JOBS"
+ctest --test-dir build/cpp-tests --output-on-failure
+echo "== Python tests"
+cd tests/python && $PY -m pytest -q -rs
