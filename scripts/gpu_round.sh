@@ -41,11 +41,17 @@ stamp "built: $($PY -c 'import hopperkit; print(hopperkit.build_info())' 2>&1)"
 stamp "tests"
 K=()
 [ -n "$TESTS" ] && K=(-k "$TESTS")
-$PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml="$OUT/junit.xml" "${K[@]}" > "$OUT/tests.log" 2>&1
+# a kernel that hangs must not eat the round: per-test and whole-suite time limits
+TO=(); $PY -c "import pytest_timeout" 2>/dev/null && TO=(--timeout "${TEST_TIMEOUT_EACH:-120}" --timeout-method=thread)
+timeout "${TEST_TIMEOUT:-300}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml="$OUT/junit.xml" \
+  "${TO[@]}" "${K[@]}" > "$OUT/tests.log" 2>&1 || echo "pytest exit status $?"
 grep -E "^(FAILED|ERROR)|HK_TEST_SEED" "$OUT/tests.log" | head -40
 $PY - "$OUT/junit.xml" <<'PYEOF'
 import sys, xml.etree.ElementTree as ET
-r = ET.parse(sys.argv[1]).getroot()
+try:
+    r = ET.parse(sys.argv[1]).getroot()
+except Exception as e:
+    sys.exit(f"GPU tests: no junit report ({e}); see tests.log")
 s = r if r.tag == "testsuite" else r.find("testsuite")
 t, f, e, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
 print(f"GPU tests: {t - f - e - sk} passed, {f + e} failed ({sk} skipped)")
@@ -69,7 +75,8 @@ fi
 if [ "$BENCH" != none ]; then
   stamp "benchmark ($BENCH)"
   QUICK=(); [ "$BENCH" = quick ] && QUICK=(--quick)
-  $PY -m bench.decode_bench "${QUICK[@]}" --out "$OUT/decode.json" 2>&1 | tee "$OUT/bench.log" | tail -45
+  timeout "${BENCH_TIMEOUT:-300}" $PY -m bench.decode_bench "${QUICK[@]}" --out "$OUT/decode.json" 2>&1 \
+    | tee "$OUT/bench.log" | tail -60
   $PY -m bench.plot_decode "$OUT/decode.json" > /dev/null 2>&1 || true
 fi
 stamp "done"
