@@ -36,6 +36,15 @@ if ! $PY -m pip install --no-build-isolation --no-deps -q . > "$OUT/build.log" 2
   tail -40 "$OUT/build.log"; stamp "BUILD FAILED"; exit 1
 fi
 stamp "built: $($PY -c 'import hopperkit; print(hopperkit.build_info())' 2>&1)"
+# smoke: a typed error must come back from the core (if this crashes, print a native backtrace)
+SMOKE='import hopperkit
+try:
+    hopperkit.DecodePlan(8, 64, 2)
+except hopperkit.UnsupportedError as e:
+    print("smoke ok:", e)'
+if ! $PY -X faulthandler -c "$SMOKE"; then
+  command -v cuda-gdb >/dev/null && cuda-gdb -batch -ex run -ex bt --args $PY -c "$SMOKE" 2>&1 | tail -40
+fi
 
 # ---- 2. the GPU test suite
 stamp "tests"

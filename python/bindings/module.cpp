@@ -3,11 +3,13 @@
 // FP8 tensors arrive viewed as uint8 with their dtype given separately (DLPack float8 support varies).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "hopperkit/build_info.h"
 #include "hopperkit/decode/attention.h"
@@ -87,6 +89,26 @@ DType dtype_from_code(int64_t code, const char* arg) {
 }
 
 cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// Every binding returns (result, error): error is None or (kind, arg, expected, actual, message), which the
+// Python layer raises as the matching typed exception. Core errors are caught right where the core is called
+// and never travel through the binding library's own exception machinery.
+template <typename R, typename... Args>
+auto guarded(R (*f)(Args...)) {
+  return [f](Args... args) -> nb::object {
+    try {
+      if constexpr (std::is_void_v<R>) {
+        f(args...);
+        return nb::make_tuple(nb::none(), nb::none());
+      } else {
+        return nb::make_tuple(nb::cast(f(args...)), nb::none());
+      }
+    } catch (const Error& e) {
+      return nb::make_tuple(nb::none(), nb::make_tuple(std::string(error_kind_name(e.kind())), e.arg(),
+                                                       e.expected(), e.actual(), std::string(e.what())));
+    }
+  };
+}
 
 std::vector<int64_t> make_config(int max_batch, int num_q_heads, int num_kv_heads, int64_t kv_dtype, int max_q_len,
                                  int mode, int device, int sm_ctas) {
@@ -302,29 +324,16 @@ nb::dict build_info() {
 }  // namespace
 
 NB_MODULE(_C, m) {
-  m.doc() = "hopperkit core binding (framework-free: arrays via DLPack)";
-  static nb::exception<Error> base_exc(m, "HopperkitError", PyExc_RuntimeError);
-  nb::register_exception_translator(
-      [](const std::exception_ptr& p, void*) {
-        try {
-          std::rethrow_exception(p);
-        } catch (const Error& e) {
-          // (kind, argument, expected, actual, message): the Python layer re-raises a typed subclass.
-          nb::object args = nb::make_tuple(std::string(error_kind_name(e.kind())), e.arg(), e.expected(),
-                                           e.actual(), std::string(e.what()));
-          PyErr_SetObject(base_exc.ptr(), args.ptr());
-        }
-      });
+  m.doc() = "hopperkit core binding (framework-free: arrays via DLPack); every call returns (result, error)";
   m.def("build_info", &build_info);
-  m.def("make_config", &make_config, nb::arg("max_batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),
-        nb::arg("kv_dtype"), nb::arg("max_q_len"), nb::arg("mode"), nb::arg("device"), nb::arg("sm_ctas") = 0);
-  m.def("workspace_bytes", &workspace_bytes);
-  m.def("plan_layout", &plan_layout);
-  m.def("plan_update", &plan_update);
-  m.def("plan_cpu", &plan_cpu);
-  m.def("plan_launch_info", &plan_launch_info);
-  m.def("plan_read_errors", &plan_read_errors);
-  m.def("decode_attention", &decode_attention, nb::arg("q"), nb::arg("q_dtype"), nb::arg("q_scale").none(),
+  m.def("make_config", guarded(&make_config));
+  m.def("workspace_bytes", guarded(&workspace_bytes));
+  m.def("plan_layout", guarded(&plan_layout));
+  m.def("plan_update", guarded(&plan_update));
+  m.def("plan_cpu", guarded(&plan_cpu));
+  m.def("plan_launch_info", guarded(&plan_launch_info));
+  m.def("plan_read_errors", guarded(&plan_read_errors));
+  m.def("decode_attention", guarded(&decode_attention), nb::arg("q"), nb::arg("q_dtype"), nb::arg("q_scale").none(),
         nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("kv_dtype"), nb::arg("k_scale").none(),
         nb::arg("v_scale").none(), nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("query_start_loc").none(),
         nb::arg("workspace"), nb::arg("out"), nb::arg("lse").none(), nb::arg("cfg"), nb::arg("max_q_len"),

@@ -15,11 +15,12 @@ except ImportError as e:  # pragma: no cover - only when the package was not bui
 
 
 def call(fn_name: str, *args, **kwargs):
-    fn = getattr(_C, fn_name)
-    try:
-        return fn(*args, **kwargs)
-    except _C.HopperkitError as e:
-        raise from_core(e) from None
+    """Calls a core function; a core error comes back as (kind, arg, expected, actual, message) and is raised
+    here as its typed subclass."""
+    result, error = getattr(_C, fn_name)(*args, **kwargs)
+    if error is not None:
+        raise from_core(error)
+    return result
 
 
 @functools.lru_cache(maxsize=None)

@@ -119,7 +119,7 @@ class DecodePlan:
         self.max_batch, self.num_q_heads, self.num_kv_heads, self.max_q_len = (
             max_batch, num_q_heads, num_kv_heads, max_q_len)
         self._base_cfg = _core.call("make_config", max_batch, num_q_heads, num_kv_heads, _KV_DTYPES[kv_dtype],
-                                    max_q_len, _MODES[mode], device.index)
+                                    max_q_len, _MODES[mode], device.index, 0)
         self.workspace = torch.zeros(_core.call("workspace_bytes", self._base_cfg), dtype=torch.uint8,
                                      device=device)
         self._cfg: Optional[list[int]] = None

@@ -59,7 +59,7 @@ _BY_KIND = {c.kind: c for c in (ShapeError, DtypeError, DeviceError, StrideError
                                  InvalidValueError, UnsupportedError, CudaError)}
 
 
-def from_core(exc: BaseException) -> HopperkitError:
-    """Turns the binding's HopperkitError(kind, arg, expected, actual, message) into its typed subclass."""
-    kind, arg, expected, actual, message = exc.args
+def from_core(error: tuple) -> HopperkitError:
+    """Turns the core's (kind, arg, expected, actual, message) into the typed exception."""
+    kind, arg, expected, actual, message = error
     return _BY_KIND.get(kind, HopperkitError)(arg, expected, actual, message)
