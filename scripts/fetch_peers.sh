@@ -20,8 +20,7 @@
 #                         itself; without it the check runs under the build Python with its
 #                         own tvm_ffi (so the carried cp312 tvm_ffi is then only unpacked, not loaded)
 #   PEERS_KV_DTYPES       KV dtypes to prebuild (default "bfloat16 float8_e4m3fn"); q/o are bfloat16
-#   PEERS_HEAD_DIMS       head dims to prebuild (default "128")
-#   PEERS_WITH_FA3        1 = also prebuild the sm90 FA3 prefill module for bf16 KV (slow; off)
+#   PEERS_HEAD_DIMS       head dims to prebuild (default "128"; the trace/verify walk-through uses 128)
 #   MAX_JOBS              parallel nvcc jobs (default: nproc)
 set -euo pipefail
 
@@ -37,7 +36,6 @@ BUILD_PY="${PEERS_BUILD_PYTHON:-python3}"
 VERIFY_PY="${PEERS_VERIFY_PYTHON:-}"
 export PEERS_KV_DTYPES="${PEERS_KV_DTYPES:-bfloat16 float8_e4m3fn}"
 export PEERS_HEAD_DIMS="${PEERS_HEAD_DIMS:-128}"
-export PEERS_WITH_FA3="${PEERS_WITH_FA3:-0}"
 export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 STAGE="${1:-all}"
 
@@ -118,8 +116,6 @@ for hd in hds:
         # strides) and the lazily loaded one for K/V caches whose strides differ
         specs.append(M._gen_batch_prefill_primary_module("fa2", *a, False))
         specs.append(M._gen_batch_prefill_independent_paged_module("fa2", *a, False))
-        if os.environ.get("PEERS_WITH_FA3") == "1" and kv == torch.bfloat16:
-            specs.append(M.gen_batch_prefill_module("fa3", *a, False))
 names = [s.name for s in specs]
 print("building %d modules:" % len(specs), *names, sep="\n  ", flush=True)
 t = time.time()
@@ -365,7 +361,7 @@ stage_assemble() {
   {
     echo "hopperkit peers bundle, built by scripts/fetch_peers.sh on $(date -u +%FT%TZ)"
     echo "flashinfer-python $FI_VERSION (pruned), apache-tvm-ffi $TVM_FFI_VERSION (cp312)"
-    echo "modules prebuilt for sm_$CUDA_ARCH with $(nvcc --version | tail -1)"
+    echo "modules prebuilt with FLASHINFER_CUDA_ARCH_LIST=$CUDA_ARCH (sm_90a SASS only, no PTX), $(nvcc --version | tail -1)"
     echo "build python: $("$VENV/bin/python" -c 'import sys,torch;print(sys.version.split()[0], "torch", torch.__version__)')"
     echo "host glibc/libstdc++ needed by the .so files:"
     find "$PEERS/python/flashinfer/data/aot" -name '*.so' -exec objdump -T {} \; 2>/dev/null |

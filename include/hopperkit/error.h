@@ -5,9 +5,9 @@
 // check throws hopperkit::Error before anything is launched.
 #pragma once
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace hopperkit {
 
@@ -38,11 +38,13 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
-template <typename T>
-std::string to_str(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+// Values in messages are formatted without iostreams (no locale machinery on the error path).
+inline std::string to_str(const std::string& v) { return v; }
+inline std::string to_str(const char* v) { return v ? std::string(v) : std::string("null"); }
+inline std::string to_str(bool v) { return v ? "true" : "false"; }
+template <typename T, typename std::enable_if<std::is_arithmetic<T>::value, int>::type = 0>
+std::string to_str(T v) {
+  return std::to_string(v);
 }
 [[noreturn]] void throw_error(ErrorKind kind, const std::string& arg, const std::string& expected,
                               const std::string& actual, const char* file, int line);

@@ -148,8 +148,12 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   const int lane = threadIdx.x & 31;
   const DecodePlanView& plan = a.plan;
   const int cta = blockIdx.x;
+  // one round trip for everything the CTA needs to start (arrays are sized for every launched CTA)
   const int num_ctas = plan.header[kHdrNumCtas];
   const int num_pairs = plan.header[kHdrNumPairs];
+  const int cta_t0 = plan.cta_tile_start[cta];
+  const int cta_t1 = plan.cta_tile_start[cta + 1];
+  const int cta_first_pair = plan.cta_first_pair[cta];
   const int H = a.num_kv_heads;
   const int G = a.group;
   const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
@@ -168,9 +172,8 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   uint32_t phase = 0;
 
   if (cta < num_ctas) {
-    int t = plan.cta_tile_start[cta];
-    const int tend = plan.cta_tile_start[cta + 1];
-    const int cta_first_pair = plan.cta_first_pair[cta];
+    int t = cta_t0;
+    const int tend = cta_t1;
     int p = cta_first_pair;
     // Window of per-pair metadata: lane i holds pair wp0 + i.
     int wp0 = -(1 << 30);
@@ -361,67 +364,93 @@ __device__ __forceinline__ uint16_t f2bf(float x) {
   return *reinterpret_cast<uint16_t*>(&b);
 }
 
-// Merges all pieces of a split pair from the partial buffers and writes the final rows (consumer threads:
-// one warp per row, lane l owns dims 4l..4l+3; the pieces' weights are computed once per row, 32 at a time).
-static __device__ __noinline__ void merge_pieces(const DecodeKernelArgs& a, const ChunkInfo& ci, float v_scale) {
+// Partial slot of piece j of the chunk's pair.
+__device__ __forceinline__ int piece_slot(const ChunkInfo& ci, int j) {
+  return j == 0 ? ci.first_slot : (ci.first_slot & ~1) + 2 * j;
+}
+
+// Merges `count` partials -- pieces k0, k0 + step, ... of the chunk's pair -- by their log2-sum-exp2 weights.
+// `final`: writes the pair's output rows (bf16, v_scale, natural-log LSE); else writes the merged partial
+// (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; partials are
+// read 8 at a time with every load in flight before any use (the latency of L2, not its bandwidth, is what
+// this costs).
+static __device__ __noinline__ void merge_slots(const DecodeKernelArgs& a, const ChunkInfo& ci, int k0, int step,
+                                                int count, bool final, int dst_slot, float v_scale) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int rows = ci.q_len * a.group;
-  const int n = ci.num_pieces;
-  const int base_slot = ci.first_slot & ~1;
   const int64_t slot_stride_o = static_cast<int64_t>(a.partial_rows) * kHeadDim;
   const int d4 = lane * 4;
   for (int r = warp; r < rows; r += kConsumerWarps) {
-    // log2-sum-exp2 over the pieces of this row
-    float mx = -INFINITY;
-    for (int k = lane; k < n; k += 32) {
-      const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
-      mx = fmaxf(mx, ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r));
-    }
+    float m = -INFINITY, wsum = 0.f;
+    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+    for (int c0 = 0; c0 < count; c0 += kMergeGroup) {
+      float lse[kMergeGroup];
+      float4 o[kMergeGroup];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    const float m_use = mx == -INFINITY ? 0.f : mx;
-    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f, wsum = 0.f;
-    for (int kb = 0; kb < n; kb += 32) {
-      float w_lane = 0.f;
-      if (kb + lane < n) {
-        const int k = kb + lane;
-        const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
-        w_lane = ptx::exp2_approx(ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r) -
-                                  m_use);
-      }
-      wsum += w_lane;
-      const int cnt = n - kb < 32 ? n - kb : 32;
-#pragma unroll 4
-      for (int j = 0; j < cnt; ++j) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, j);
-        const int k = kb + j;
-        const int slot = k == 0 ? ci.first_slot : base_slot + 2 * k;
-        if (w > 0.f) {
-          const float4 o = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
-          acc0 += w * o.x;
-          acc1 += w * o.y;
-          acc2 += w * o.z;
-          acc3 += w * o.w;
+      for (int i = 0; i < kMergeGroup; ++i) {
+        lse[i] = -INFINITY;
+        o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c0 + i < count) {
+          const int slot = piece_slot(ci, k0 + (c0 + i) * step);
+          lse[i] = ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r);
+          o[i] = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
         }
       }
-    }
+      float cm = m;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
-    const RowDest dst = row_dest(a, ci, r);
-    const float inv = wsum > 0.f ? v_scale / wsum : 0.f;
-    float o0 = acc0 * inv, o1 = acc1 * inv, o2 = acc2 * inv, o3 = acc3 * inv;
-    if (ci.stale) o0 = o1 = o2 = o3 = nan_f();
-    uint2 packed;
-    packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
-    packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
-    *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
-    if (a.lse != nullptr && lane == 0) {
-      a.lse[dst.lse_off] = ci.stale ? nan_f()
-                           : wsum > 0.f ? (m_use + __log2f(wsum)) * 0.69314718055994531f
-                                        : -INFINITY;
+      for (int i = 0; i < kMergeGroup; ++i) cm = fmaxf(cm, lse[i]);
+      const float m_use = cm == -INFINITY ? 0.f : cm;
+      const float keep = ptx::exp2_approx(m - m_use);  // rescale what was accumulated so far
+      acc0 *= keep;
+      acc1 *= keep;
+      acc2 *= keep;
+      acc3 *= keep;
+      wsum *= keep;
+#pragma unroll
+      for (int i = 0; i < kMergeGroup; ++i) {
+        const float w = ptx::exp2_approx(lse[i] - m_use);
+        acc0 += w * o[i].x;
+        acc1 += w * o[i].y;
+        acc2 += w * o[i].z;
+        acc3 += w * o[i].w;
+        wsum += w;
+      }
+      m = cm;
+    }
+    const float m_use = m == -INFINITY ? 0.f : m;
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const float lse2 = wsum > 0.f ? m_use + __log2f(wsum) : -INFINITY;
+    if (final) {
+      const RowDest dst = row_dest(a, ci, r);
+      const float s = inv * v_scale;
+      float o0 = acc0 * s, o1 = acc1 * s, o2 = acc2 * s, o3 = acc3 * s;
+      if (ci.stale) o0 = o1 = o2 = o3 = nan_f();
+      uint2 packed;
+      packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
+      packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
+      *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
+      if (a.lse != nullptr && lane == 0) {
+        a.lse[dst.lse_off] = ci.stale ? nan_f() : lse2 * 0.69314718055994531f;
+      }
+    } else {
+      *reinterpret_cast<float4*>(a.plan.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
+                                 d4) = make_float4(acc0 * inv, acc1 * inv, acc2 * inv, acc3 * inv);
+      if (lane == 0) a.plan.partial_lse[static_cast<int64_t>(dst_slot) * a.partial_rows + r] = lse2;
     }
   }
+}
+
+// Counts one more finished input on `counter`; true in every consumer thread of the CTA that finished the
+// last of `expected` inputs. Everything this CTA wrote before is visible to that CTA.
+__device__ __forceinline__ bool arrive_last(int* counter, int expected, int* flag) {
+  __threadfence();
+  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+  if (threadIdx.x == 0) *flag = (atomicAdd(counter, 1) == expected - 1) ? 1 : 0;
+  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+  const bool last = *flag != 0;
+  if (last) __threadfence();
+  return last;
 }
 
 // Writes 4 consecutive dims of row r: final (bf16, scaled by v_scale) or partial (fp32, normalised).
@@ -960,19 +989,29 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     }
 
-    // ---- split pair: count finished pieces; the last one merges
+    // ---- split pair: the last piece of each group of kMergeGroup pieces merges the group, the last group
+    //      merges the groups (a single level when there are at most kMergeGroup pieces)
     if (ci.split) {
-      __threadfence();
-      ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-      if (threadIdx.x == 0) {
-        const int prev = atomicAdd(&a.plan.merge_counters[ci.pair], 1);
-        *flag = (prev == ci.num_pieces - 1) ? 1 : 0;
-      }
-      ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-      if (*flag) {
-        __threadfence();
-        merge_pieces(a, ci, v_scale);
-        if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
+      const int n = ci.num_pieces;
+      const int k = ci.slot == ci.first_slot ? 0 : (ci.slot - (ci.first_slot & ~1)) / 2;
+      if (n <= kMergeGroup) {
+        if (arrive_last(&a.plan.merge_counters[ci.pair], n, flag)) {
+          merge_slots(a, ci, 0, 1, n, true, 0, v_scale);
+          if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
+        }
+      } else {
+        const int g0 = (k / kMergeGroup) * kMergeGroup;
+        const int gcount = n - g0 < kMergeGroup ? n - g0 : kMergeGroup;
+        const int groups = (n + kMergeGroup - 1) / kMergeGroup;
+        const int gslot = piece_slot(ci, g0);
+        if (arrive_last(&a.plan.slot_counters[gslot], gcount, flag)) {
+          merge_slots(a, ci, g0, 1, gcount, false, gslot, v_scale);
+          if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
+          if (arrive_last(&a.plan.merge_counters[ci.pair], groups, flag)) {
+            merge_slots(a, ci, 0, kMergeGroup, groups, true, 0, v_scale);
+            if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
+          }
+        }
       }
     }
     // the merge buffers and the flag are reused by the next chunk

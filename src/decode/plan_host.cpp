@@ -30,6 +30,7 @@ DecodePlanLayout decode_plan_layout(const DecodePlanConfig& c) {
   l.cta_first_pair = take(ctas * 4);
   l.empty_pairs = take(pairs * 4);
   l.merge_counters = take(pairs * 4);
+  l.slot_counters = take(static_cast<size_t>(c.partial_slots()) * 4);
   l.partial_o = take(static_cast<size_t>(c.partial_slots()) * c.max_rows() * kHeadDim * 4);
   l.partial_lse = take(static_cast<size_t>(c.partial_slots()) * c.max_rows() * 4);
   l.total_bytes = off;
@@ -48,6 +49,7 @@ DecodePlanView decode_plan_view(const DecodePlanConfig& c, void* workspace) {
   v.cta_first_pair = reinterpret_cast<int32_t*>(b + l.cta_first_pair);
   v.empty_pairs = reinterpret_cast<int32_t*>(b + l.empty_pairs);
   v.merge_counters = reinterpret_cast<int32_t*>(b + l.merge_counters);
+  v.slot_counters = reinterpret_cast<int32_t*>(b + l.slot_counters);
   v.partial_o = reinterpret_cast<float*>(b + l.partial_o);
   v.partial_lse = reinterpret_cast<float*>(b + l.partial_lse);
   return v;
@@ -144,6 +146,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
     }
   }
   v.cta_tile_start[C] = T;
+  for (int i = 0; i < config.partial_slots(); ++i) v.slot_counters[i] = 0;
   int num_empty = 0;
   for (int p = 0; p < P; ++p) {
     const int tiles = prefix[p + 1] - prefix[p];

@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     }
   }
   if (tid == 0) v.cta_tile_start[C] = T;
+  for (int i = tid; i < 2 * a.max_ctas; i += kPlanThreads) v.slot_counters[i] = 0;
 
   // ---- per pair: pieces and the slot of the first piece
   for (int p = tid; p < P; p += kPlanThreads) {

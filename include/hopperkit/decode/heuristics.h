@@ -24,6 +24,11 @@ constexpr int kMinTilesPerCta = 4;
 // Static split-KV baseline: at most this many splits per pair.
 constexpr int kMaxStaticSplits = 64;
 
+// Pieces of a split pair are merged in groups of this many (the last piece of a group merges the group,
+// the last group merges the groups), so no CTA reads more than max(kMergeGroup, pieces / kMergeGroup)
+// partials.
+constexpr int kMergeGroup = 8;
+
 enum class PlanMode : int32_t { kDynamic = 0, kStatic = 1 };
 
 // Tiles of a sequence of `len` cached tokens (0 for len <= 0).

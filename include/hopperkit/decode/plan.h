@@ -76,7 +76,8 @@ struct DecodePlanLayout {
   size_t cta_tile_start = 0;   // int32 [max_ctas + 1]   first linear tile of each CTA
   size_t cta_first_pair = 0;   // int32 [max_ctas]       pair holding each CTA's first tile
   size_t empty_pairs = 0;      // int32 [max_pairs]      pairs with no tiles
-  size_t merge_counters = 0;   // int32 [max_pairs]      pieces finished; reset by the merging CTA
+  size_t merge_counters = 0;   // int32 [max_pairs]      pieces (or groups) finished; reset by the merging CTA
+  size_t slot_counters = 0;    // int32 [2 * max_ctas]   pieces finished per merge group (keyed by its first slot)
   size_t partial_o = 0;        // fp32 [2 * max_ctas, max_rows, 128]   normalised partial outputs
   size_t partial_lse = 0;      // fp32 [2 * max_ctas, max_rows]        their log2-sum-exp2
   size_t total_bytes = 0;
@@ -94,6 +95,7 @@ struct DecodePlanView {
   int32_t* cta_first_pair;   // [max_ctas]
   int32_t* empty_pairs;      // [max_pairs]
   int32_t* merge_counters;   // [max_pairs]
+  int32_t* slot_counters;    // [2 * max_ctas]
   float* partial_o;          // [2 * max_ctas, max_rows, 128]
   float* partial_lse;        // [2 * max_ctas, max_rows]
 };
