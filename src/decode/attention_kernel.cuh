@@ -35,7 +35,8 @@ namespace decode {
 constexpr int kConsumerWarps = 4;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
 constexpr int kQRowBytes = 272;  // 256 bytes of a bf16 row + 16 bytes of padding (conflict-free ldmatrix)
-constexpr int kSmemLimit = 227 * 1024;
+constexpr int kSmemPerBlockMax = 227 * 1024;        // largest dynamic smem of one CTA
+constexpr int kSmemTwoPerSm = (228 * 1024) / 2 - 1024;  // two CTAs per SM (1 KB reserved per CTA)
 constexpr int kConsumerBarrier = 1;  // named barrier id used by the 128 consumer threads
 
 // Metadata of one chunk, written by the producer next to the chunk's query rows.
@@ -77,6 +78,12 @@ struct DecodeTraits {
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
   static constexpr int kFixedBytes = 2 * (kQSlotBytes + kMPad * 4) + kMergeOBytes + kMergeMLBytes +
                                      2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024;
+  // Two CTAs per SM when each still gets two pipeline stages: eight consumer warps per SM hide the latency
+  // of the per-tile dependency chain (S -> softmax -> P V) that four warps cannot.
+  static constexpr int kStagesTwoPerSm = (kSmemTwoPerSm - kFixedBytes) / kStageBytes;
+  // (Variants with a warp per 16 rows x whole tile need more registers than two CTAs per SM allow.)
+  static constexpr int kSmemLimit = (kStagesTwoPerSm >= 2 && kTW > 1) ? kSmemTwoPerSm : kSmemPerBlockMax;
+  static constexpr int kMinBlocksPerSm = kSmemLimit == kSmemTwoPerSm ? 2 : 1;  // register cap to match
   static constexpr int kStagesFit = (kSmemLimit - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
@@ -700,6 +707,14 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
 
       if constexpr (!T::kFp8) {
+        // NT == 2: even and odd k-steps accumulate separately (two independent MMA chains per n-tile)
+        float s_odd[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s_odd[mt][nt][c] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
           uint32_t qa[MT][4];
@@ -722,12 +737,32 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              ptx::mma_bf16(s[mt][2 * ntp], qa[mt], b0, b1);
-              ptx::mma_bf16(s[mt][2 * ntp + 1], qa[mt], b2, b3);
+              if (NT == 2 && (ks & 1)) {
+                ptx::mma_bf16(s_odd[mt][2 * ntp], qa[mt], b0, b1);
+                ptx::mma_bf16(s_odd[mt][2 * ntp + 1], qa[mt], b2, b3);
+              } else {
+                ptx::mma_bf16(s[mt][2 * ntp], qa[mt], b0, b1);
+                ptx::mma_bf16(s[mt][2 * ntp + 1], qa[mt], b2, b3);
+              }
             }
           }
         }
+        if constexpr (NT == 2) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) s[mt][nt][c] += s_odd[mt][nt][c];
+        }
       } else {
+        float s_odd[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s_odd[mt][nt][c] = 0.f;
 #pragma unroll
         for (int kg = 0; kg < 2; ++kg) {  // 4 k-steps (64 dims) per ldmatrix
           uint32_t qa[MT][4][4];
@@ -754,9 +789,23 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               const uint32_t b0 = ptx::e4m3x2_to_f16x2(w[i] & 0xffffu);
               const uint32_t b1 = ptx::e4m3x2_to_f16x2(w[i] >> 16);
 #pragma unroll
-              for (int mt = 0; mt < MT; ++mt) ptx::mma_f16(s[mt][nt], qa[mt][i], b0, b1);
+              for (int mt = 0; mt < MT; ++mt) {
+                if (NT == 2 && (i & 1)) {
+                  ptx::mma_f16(s_odd[mt][nt], qa[mt][i], b0, b1);
+                } else {
+                  ptx::mma_f16(s[mt][nt], qa[mt][i], b0, b1);
+                }
+              }
             }
           }
+        }
+        if constexpr (NT == 2) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) s[mt][nt][c] += s_odd[mt][nt][c];
         }
       }
 
@@ -797,10 +846,12 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             }
           }
           l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
+          if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
 #pragma unroll
-          for (int n = 0; n < 16; ++n) {
-            o[mt][n][hh * 2] *= alpha;
-            o[mt][n][hh * 2 + 1] *= alpha;
+            for (int n = 0; n < 16; ++n) {
+              o[mt][n][hh * 2] *= alpha;
+              o[mt][n][hh * 2 + 1] *= alpha;
+            }
           }
         }
       }
@@ -1022,7 +1073,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
 // ------------------------------------------------------------------------------------------------------------
 template <class T>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
     decode_attention_kernel(const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
                             const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ uint8_t smem_raw[];

@@ -159,7 +159,8 @@ def test_cuda_graph_with_lengths_changing_between_replays():
 
 
 def test_stale_plan_is_detected_not_silent():
-    case = make_case([1000, 200, 5000], seed=41)
+    case = make_case([1000, 900, 5000], seed=41)  # pages for 900 tokens in request 1
+    case.seq_lens[1] = 200
     plan = make_plan(case)
     case.seq_lens[1] = 900  # more tiles than planned, without plan.update
     out, _ = run(case, plan)
