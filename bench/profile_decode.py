@@ -1,0 +1,61 @@
+"""Profiling driver for the decode kernel (use under ncu): one scenario, warm-up, then one profiled call per
+dtype between cudaProfilerStart/Stop.
+
+    ncu --clock-control none --profile-from-start off --kernel-name regex:decode_attention \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats python -m bench.profile_decode
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+import hopperkit
+
+
+def build(lens, dtype, hq=8, hkv=1, page=64, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    pages = [(L + page - 1) // page for L in lens]
+    nb = sum(pages) + 1
+    k = torch.randn(nb, page, hkv, 128, device="cuda", generator=g).to(dtype)
+    v = torch.randn(nb, page, hkv, 128, device="cuda", generator=g).to(dtype)
+    perm = torch.randperm(nb - 1, device="cuda", generator=g).to(torch.int32)
+    bt = torch.zeros(len(lens), max(pages), dtype=torch.int32, device="cuda")
+    at = 0
+    for b, n in enumerate(pages):
+        bt[b, :n] = perm[at:at + n]
+        at += n
+    q = torch.randn(len(lens), hq, 128, device="cuda", generator=g, dtype=torch.bfloat16)
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    return q, k, v, bt, seq
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lens", default="64x4096", help="COUNTxLEN[+COUNTxLEN...]")
+    ap.add_argument("--dtypes", default="bf16,fp8")
+    args = ap.parse_args()
+    lens = [int(n) for part in args.lens.split("+") for c, n in [part.split("x")] for _ in range(int(c))]
+    for name in args.dtypes.split(","):
+        dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[name]
+        q, k, v, bt, seq = build(lens, dtype)
+        qs = None
+        if name == "fp8":
+            q, qs = hopperkit.quantize_query_fp8(q)
+        one = torch.ones(1, device="cuda")
+        plan = hopperkit.DecodePlan(len(lens), q.shape[1], k.shape[2], kv_dtype=dtype)
+        plan.update(seq, block_size=k.shape[1], max_blocks_per_seq=bt.shape[1])
+        kw = dict(q_scale=qs, k_scale=one if name == "fp8" else None, v_scale=one if name == "fp8" else None)
+        for _ in range(3):
+            out = hopperkit.decode_attention(q, k, v, bt, seq, plan, **kw)
+        torch.cuda.synchronize()
+        print(f"{name}: sm_ctas={plan.sm_ctas} tiles={sum(math.ceil(L / 64) for L in lens)}")
+        torch.cuda.cudart().cudaProfilerStart()
+        hopperkit.decode_attention(q, k, v, bt, seq, plan, out=out, **kw)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    main()
