@@ -35,6 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lens", default="64x4096", help="COUNTxLEN[+COUNTxLEN...]")
     ap.add_argument("--dtypes", default="bf16,fp8")
+    ap.add_argument("--time", action="store_true", help="time a graph of 10 calls (KV re-read: use > L2 sizes)")
     args = ap.parse_args()
     lens = [int(n) for part in args.lens.split("+") for c, n in [part.split("x")] for _ in range(int(c))]
     for name in args.dtypes.split(","):
@@ -50,6 +51,24 @@ def main():
         for _ in range(3):
             out = hopperkit.decode_attention(q, k, v, bt, seq, plan, **kw)
         torch.cuda.synchronize()
+        nbytes = sum(lens) * k.shape[2] * 128 * 2 * k.element_size()
+        if args.time:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(10):
+                    hopperkit.decode_attention(q, k, v, bt, seq, plan, out=out, **kw)
+            g.replay()
+            ts = []
+            for _ in range(20):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                g.replay()
+                e1.record()
+                torch.cuda.synchronize()
+                ts.append(e0.elapsed_time(e1) * 100)  # us per call
+            us = sorted(ts)[len(ts) // 2]
+            print(f"{args.lens} {name}: {us:.2f} us  {nbytes / us / 1e6:.2f} TB/s  sm_ctas={plan.sm_ctas}")
+            continue
         print(f"{name}: sm_ctas={plan.sm_ctas} tiles={sum(math.ceil(L / 64) for L in lens)}")
         torch.cuda.cudart().cudaProfilerStart()
         hopperkit.decode_attention(q, k, v, bt, seq, plan, out=out, **kw)

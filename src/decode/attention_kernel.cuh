@@ -693,6 +693,15 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
       ptx::mbar_wait(&bars.full[stage], phase);
+      if (a.debug_flags & 1) {  // experiment: data pipeline only
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+        if (++stage == T::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+        continue;
+      }
       const uint8_t* ks_base = smem + L::kStagesOff + stage * T::kStageBytes;
       const uint8_t* vs_base = ks_base + T::kKvTileBytes;
       const int pos = tt * kTileTokens;
@@ -1042,7 +1051,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     // ---- split pair: the last piece of each group of kMergeGroup pieces merges the group, the last group
     //      merges the groups (a single level when there are at most kMergeGroup pieces)
-    if (ci.split) {
+    if (ci.split && !(a.debug_flags & 2)) {
       const int n = ci.num_pieces;
       const int k = ci.slot == ci.first_slot ? 0 : (ci.slot - (ci.first_slot & ~1)) / 2;
       if (n <= kMergeGroup) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "common/tensor_map.h"
@@ -231,6 +232,11 @@ void decode_attention(const DecodeAttentionParams& p) {
   a.lse_stride_token = p.lse_stride_token;
   a.plan = decode_plan_view(p.plan_config, p.plan_workspace);
   a.partial_rows = p.plan_config.max_rows();
+  static const int debug_flags = [] {
+    const char* e = std::getenv("HOPPERKIT_DECODE_DEBUG");  // profiling experiments; results are wrong when set
+    return e ? std::atoi(e) : 0;
+  }();
+  a.debug_flags = debug_flags;
 
   const CUtensorMap tk = cache_tensor_map("k_cache", p.k_cache, p.kv_dtype, p.block_size, p.num_kv_heads, p.num_blocks,
                                           p.k_stride_token, p.k_stride_head, p.k_stride_block, &a.k_pos_tok,

@@ -39,6 +39,7 @@ struct DecodeKernelArgs {
   int64_t lse_stride_token;
   DecodePlanView plan;
   int partial_rows;              // row stride of the plan's partial buffers (config.max_rows)
+  int debug_flags;               // experiments only (env HOPPERKIT_DECODE_DEBUG): 1 skip MMAs, 2 skip merges
 };
 
 struct PlanKernelArgs {
