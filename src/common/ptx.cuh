@@ -152,6 +152,21 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// ---- programmatic dependent launch -----------------------------------------------------------------------
+// Waits until the grids this one depends on have completed and their memory is visible (no-op without PDL).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Lets the next grid in the stream (if launched with PDL) start its prologue.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// ---- inter-CTA signalling ----------------------------------------------------------------------------------
+// atomicAdd with acquire-release semantics at GPU scope: publishes what happened-before it (including other
+// threads' writes ordered by a preceding bar.sync) and, for the last arriver, acquires everyone else's.
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 // ---- global memory ---------------------------------------------------------------------------------------
 __device__ __forceinline__ float4 ld_cg_f4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float ld_cg_f(const float* p) { return __ldcg(p); }

@@ -383,81 +383,97 @@ __device__ __forceinline__ int piece_slot(const ChunkInfo& ci, int j) {
 // this costs).
 static __device__ __noinline__ void merge_slots(const DecodeKernelArgs& a, const ChunkInfo& ci, int k0, int step,
                                                 int count, bool final, int dst_slot, float v_scale) {
+  constexpr int R = 2;  // rows per warp per pass, their loads in flight together
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int rows = ci.q_len * a.group;
   const int64_t slot_stride_o = static_cast<int64_t>(a.partial_rows) * kHeadDim;
   const int d4 = lane * 4;
-  for (int r = warp; r < rows; r += kConsumerWarps) {
-    float m = -INFINITY, wsum = 0.f;
-    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+  for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
+    float m[R], wsum[R], acc[R][4];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      m[j] = -INFINITY;
+      wsum[j] = 0.f;
+      acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    }
     for (int c0 = 0; c0 < count; c0 += kMergeGroup) {
-      float lse[kMergeGroup];
-      float4 o[kMergeGroup];
+      float lse[R][kMergeGroup];
+      float4 o[R][kMergeGroup];
 #pragma unroll
       for (int i = 0; i < kMergeGroup; ++i) {
-        lse[i] = -INFINITY;
-        o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (c0 + i < count) {
-          const int slot = piece_slot(ci, k0 + (c0 + i) * step);
-          lse[i] = ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r);
-          o[i] = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
+        const bool have = c0 + i < count;
+        const int slot = have ? piece_slot(ci, k0 + (c0 + i) * step) : 0;
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          const int r = rb + j * kConsumerWarps;
+          lse[j][i] = -INFINITY;
+          o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (have && r < rows) {
+            lse[j][i] = ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r);
+            o[j][i] = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
+          }
         }
       }
-      float cm = m;
 #pragma unroll
-      for (int i = 0; i < kMergeGroup; ++i) cm = fmaxf(cm, lse[i]);
-      const float m_use = cm == -INFINITY ? 0.f : cm;
-      const float keep = ptx::exp2_approx(m - m_use);  // rescale what was accumulated so far
-      acc0 *= keep;
-      acc1 *= keep;
-      acc2 *= keep;
-      acc3 *= keep;
-      wsum *= keep;
+      for (int j = 0; j < R; ++j) {
+        float cm = m[j];
 #pragma unroll
-      for (int i = 0; i < kMergeGroup; ++i) {
-        const float w = ptx::exp2_approx(lse[i] - m_use);
-        acc0 += w * o[i].x;
-        acc1 += w * o[i].y;
-        acc2 += w * o[i].z;
-        acc3 += w * o[i].w;
-        wsum += w;
+        for (int i = 0; i < kMergeGroup; ++i) cm = fmaxf(cm, lse[j][i]);
+        const float m_use = cm == -INFINITY ? 0.f : cm;
+        const float keep = ptx::exp2_approx(m[j] - m_use);  // rescale what was accumulated so far
+        wsum[j] *= keep;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
+#pragma unroll
+        for (int i = 0; i < kMergeGroup; ++i) {
+          const float w = ptx::exp2_approx(lse[j][i] - m_use);
+          acc[j][0] += w * o[j][i].x;
+          acc[j][1] += w * o[j][i].y;
+          acc[j][2] += w * o[j][i].z;
+          acc[j][3] += w * o[j][i].w;
+          wsum[j] += w;
+        }
+        m[j] = cm;
       }
-      m = cm;
     }
-    const float m_use = m == -INFINITY ? 0.f : m;
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    const float lse2 = wsum > 0.f ? m_use + __log2f(wsum) : -INFINITY;
-    if (final) {
-      const RowDest dst = row_dest(a, ci, r);
-      const float s = inv * v_scale;
-      float o0 = acc0 * s, o1 = acc1 * s, o2 = acc2 * s, o3 = acc3 * s;
-      if (ci.stale) o0 = o1 = o2 = o3 = nan_f();
-      uint2 packed;
-      packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
-      packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
-      *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
-      if (a.lse != nullptr && lane == 0) {
-        a.lse[dst.lse_off] = ci.stale ? nan_f() : lse2 * 0.69314718055994531f;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int r = rb + j * kConsumerWarps;
+      if (r >= rows) continue;
+      const float m_use = m[j] == -INFINITY ? 0.f : m[j];
+      const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
+      const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
+      if (final) {
+        const RowDest dst = row_dest(a, ci, r);
+        const float sc = inv * v_scale;
+        float o0 = acc[j][0] * sc, o1 = acc[j][1] * sc, o2 = acc[j][2] * sc, o3 = acc[j][3] * sc;
+        if (ci.stale) o0 = o1 = o2 = o3 = nan_f();
+        uint2 packed;
+        packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
+        packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
+        *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
+        if (a.lse != nullptr && lane == 0) {
+          a.lse[dst.lse_off] = ci.stale ? nan_f() : lse2 * 0.69314718055994531f;
+        }
+      } else {
+        *reinterpret_cast<float4*>(a.plan.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
+                                   d4) = make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+        if (lane == 0) a.plan.partial_lse[static_cast<int64_t>(dst_slot) * a.partial_rows + r] = lse2;
       }
-    } else {
-      *reinterpret_cast<float4*>(a.plan.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
-                                 d4) = make_float4(acc0 * inv, acc1 * inv, acc2 * inv, acc3 * inv);
-      if (lane == 0) a.plan.partial_lse[static_cast<int64_t>(dst_slot) * a.partial_rows + r] = lse2;
     }
   }
 }
 
 // Counts one more finished input on `counter`; true in every consumer thread of the CTA that finished the
 // last of `expected` inputs. Everything this CTA wrote before is visible to that CTA.
+// (bar.sync orders the CTA's writes before thread 0's release; the last arriver's acquire plus bar.sync orders
+// every other CTA's writes before this CTA's reads, which bypass L1.)
 __device__ __forceinline__ bool arrive_last(int* counter, int expected, int* flag) {
-  __threadfence();
   ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-  if (threadIdx.x == 0) *flag = (atomicAdd(counter, 1) == expected - 1) ? 1 : 0;
+  if (threadIdx.x == 0) *flag = (ptx::atom_add_acq_rel_gpu(counter, 1) == expected - 1) ? 1 : 0;
   ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-  const bool last = *flag != 0;
-  if (last) __threadfence();
-  return last;
+  return *flag != 0;
 }
 
 // Writes 4 consecutive dims of row r: final (bf16, scaled by v_scale) or partial (fp32, normalised).
@@ -1107,6 +1123,10 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
     ptx::fence_barrier_init();
   }
   __syncthreads();
+  // With programmatic dependent launch this CTA may start before the previous kernel in the stream has
+  // finished: everything above touched shared memory only; from here on we read its results.
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   if (threadIdx.x >= kConsumerWarps * 32) {
     producer_warp<T>(&tmap_k, &tmap_v, args, smem, bars, infos);
   } else {

@@ -3,6 +3,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "common/ptx.cuh"
 #include "decode/kernel_args.h"
 #include "decode/plan_limits.h"
 #include "hopperkit/decode/attention.h"
@@ -24,6 +25,8 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
   if (tid == 0) s_err = 0;
   __syncthreads();
+  ptx::grid_dependency_wait();  // PDL: seq_lens may come from the previous kernel
+  ptx::launch_dependents();
 
   // ---- tiles per pair -> exclusive prefix
   int carry = 0;
@@ -182,7 +185,17 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   const size_t smem = static_cast<size_t>(pp.batch * c.num_kv_heads + 1) * sizeof(int);
   HK_CUDA_CHECK(cudaFuncSetAttribute(decode_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kMaxPlanPairs + 1) * 4));
-  decode_plan_kernel<<<1, kPlanThreads, smem, pp.stream>>>(a);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(kPlanThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = pp.stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // PDL
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_plan_kernel, a));
   HK_CHECK_LAUNCH("decode_plan_kernel");
   return launch;
 }

@@ -16,7 +16,17 @@
     auto kernel = decode_attention_kernel<Traits_##name>;                                                   \
     HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
                                        Traits_##name::kSmemBytes));                                         \
-    kernel<<<grid, kThreads, Traits_##name::kSmemBytes, stream>>>(k, v, args);                              \
+    cudaLaunchConfig_t cfg = {};                                                                            \
+    cfg.gridDim = dim3(grid);                                                                               \
+    cfg.blockDim = dim3(kThreads);                                                                          \
+    cfg.dynamicSmemBytes = Traits_##name::kSmemBytes;                                                       \
+    cfg.stream = stream;                                                                                    \
+    cudaLaunchAttribute attr[1];                                                                            \
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; /* PDL: prologue overlaps the tail */  \
+    attr[0].val.programmaticStreamSerializationAllowed = 1;                                                 \
+    cfg.attrs = attr;                                                                                       \
+    cfg.numAttrs = 1;                                                                                       \
+    HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k, v, args));                                            \
     HK_CHECK_LAUNCH(#name);                                                                                 \
   }                                                                                                         \
   }                                                                                                         \
