@@ -29,6 +29,9 @@ if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.s
 if [ ! -d bench/anchors ] && [ -d ../shared/anchors ]; then mkdir -p bench/anchors && cp ../shared/anchors/*.json bench/anchors/; fi
 
 # ---- 1. build and install (kernels for sm_90a)
+# provenance: a copy of the tree without .git can be told its commit with HOPPERKIT_GIT_HASH=<hash>
+if git rev-parse HEAD >/dev/null 2>&1; then export HOPPERKIT_GIT_HASH=$(git rev-parse --short=12 HEAD); fi
+export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-unknown}}
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 stamp "building"
