@@ -16,6 +16,7 @@
 #include "hopperkit/decode/plan.h"
 #include "hopperkit/dtype.h"
 #include "hopperkit/error.h"
+#include "hopperkit/prologue/prologue.h"
 
 namespace nb = nanobind;
 using namespace hopperkit;
@@ -311,6 +312,136 @@ void decode_attention(const Array& q, int64_t q_dtype, std::optional<Array> q_sc
   decode::decode_attention(p);
 }
 
+void attention_prologue(const Array& qkv, const Array& positions, const Array& cos_sin, const Array& k_cache,
+                        const Array& v_cache, int64_t kv_dtype, const Array& slot_mapping,
+                        std::optional<Array> q_norm_weight, std::optional<Array> k_norm_weight,
+                        std::optional<Array> k_scale, std::optional<Array> v_scale, const Array& q_out,
+                        int64_t q_out_dtype, std::optional<Array> q_scale_out, const Array& error_count,
+                        int num_q_heads, int num_kv_heads, int head_dim, double eps, bool norm_before_rope,
+                        bool is_neox, uintptr_t stream) {
+  prologue::PrologueParams p;
+  const DType kvd = dtype_from_code(kv_dtype, "k_cache");
+  const DType qod = dtype_from_code(q_out_dtype, "q_out");
+  const TensorDesc tx = desc(qkv), tp = desc(positions), tcs = desc(cos_sin), tk = desc(k_cache, kvd),
+                   tv = desc(v_cache, kvd), ts = desc(slot_mapping), tq = desc(q_out, qod), te = desc(error_count);
+  const int dev = tx.device_id;
+  check::cuda_device(tx, "qkv", dev);
+  check::cuda_device(tp, "positions", dev);
+  check::cuda_device(tcs, "cos_sin_cache", dev);
+  check::cuda_device(tk, "k_cache", dev);
+  check::cuda_device(tv, "v_cache", dev);
+  check::cuda_device(ts, "slot_mapping", dev);
+  check::cuda_device(tq, "q_out", dev);
+  check::cuda_device(te, "error_count", dev);
+  check::dtype(tx, "qkv", DType::kBF16);
+  check::dtype_one_of(tp, "positions", DType::kInt32, DType::kInt64);
+  check::dtype_one_of(tcs, "cos_sin_cache", DType::kF32, DType::kBF16);
+  check::dtype(tk, "k_cache", kvd);
+  check::dtype(tv, "v_cache", kvd);
+  check::dtype(ts, "slot_mapping", DType::kInt64);
+  check::dtype(tq, "q_out", qod);
+  check::dtype(te, "error_count", DType::kInt32);
+  check::rank(tx, "qkv", 2, "[num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]");
+  check::rank(tp, "positions", 1, "[num_tokens]");
+  check::rank(tcs, "cos_sin_cache", 2, "[max_position, rotary_dim]");
+  check::rank(tk, "k_cache", 4, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  check::rank(tv, "v_cache", 4, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  check::rank(ts, "slot_mapping", 1, "[num_tokens]");
+  check::rank(tq, "q_out", 3, "[num_tokens, num_q_heads, head_dim]");
+  check::rank(te, "error_count", 1, "[2]");
+  const int64_t T = tx.shape[0];
+  const int64_t width = static_cast<int64_t>(num_q_heads + 2 * num_kv_heads) * head_dim;
+  check::extent(tx, "qkv", 1, width, "[num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]");
+  check::extent(tp, "positions", 0, T, "[num_tokens]");
+  check::extent(ts, "slot_mapping", 0, T, "[num_tokens]");
+  check::extent(tk, "k_cache", 2, num_kv_heads, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  check::extent(tk, "k_cache", 3, head_dim, "[num_blocks, block_size, num_kv_heads, head_dim]");
+  for (int i = 0; i < 4; ++i) check::extent(tv, "v_cache", i, tk.shape[i], "k_cache's shape");
+  check::extent(tq, "q_out", 0, T, "[num_tokens, num_q_heads, head_dim]");
+  check::extent(tq, "q_out", 1, num_q_heads, "[num_tokens, num_q_heads, head_dim]");
+  check::extent(tq, "q_out", 2, head_dim, "[num_tokens, num_q_heads, head_dim]");
+  check::extent(te, "error_count", 0, prologue::kNumPrologueErrors, "[2]");
+  check::last_dim_contiguous(tx, "qkv");
+  check::contiguous(tp, "positions");
+  check::last_dim_contiguous(tcs, "cos_sin_cache");
+  check::last_dim_contiguous(tk, "k_cache");
+  check::last_dim_contiguous(tv, "v_cache");
+  check::contiguous(ts, "slot_mapping");
+  check::last_dim_contiguous(tq, "q_out");
+  check::contiguous(te, "error_count");
+  p.qkv = tx.data;
+  p.qkv_stride_token = tx.strides[0];
+  p.positions = tp.data;
+  p.positions_dtype = tp.dtype;
+  p.cos_sin = tcs.data;
+  p.cos_sin_dtype = tcs.dtype;
+  p.cos_sin_stride = tcs.strides[0];
+  p.max_position = static_cast<int>(tcs.shape[0]);
+  p.rotary_dim = static_cast<int>(tcs.shape[1]);
+  p.is_neox = is_neox;
+  DType wdt = DType::kBF16;
+  auto weight = [&](const std::optional<Array>& w, const char* name) -> const void* {
+    if (!w) return nullptr;
+    const TensorDesc t = desc(*w);
+    check::cuda_device(t, name, dev);
+    check::dtype_one_of(t, name, DType::kBF16, DType::kF32);
+    check::rank(t, name, 1, "[head_dim]");
+    check::extent(t, name, 0, head_dim, "[head_dim]");
+    check::contiguous(t, name);
+    wdt = t.dtype;
+    return t.data;
+  };
+  p.q_norm_weight = weight(q_norm_weight, "q_norm_weight");
+  const DType qwdt = wdt;
+  p.k_norm_weight = weight(k_norm_weight, "k_norm_weight");
+  HK_CHECK(kDtype, !(q_norm_weight && k_norm_weight) || qwdt == wdt, "k_norm_weight",
+           std::string("the dtype of q_norm_weight (") + dtype_name(qwdt) + ")", dtype_name(wdt));
+  p.norm_weight_dtype = wdt;
+  p.eps = static_cast<float>(eps);
+  p.norm_before_rope = norm_before_rope;
+  p.k_cache = const_cast<void*>(tk.data);
+  p.v_cache = const_cast<void*>(tv.data);
+  p.kv_dtype = kvd;
+  p.k_stride_block = tk.strides[0], p.k_stride_token = tk.strides[1], p.k_stride_head = tk.strides[2];
+  p.v_stride_block = tv.strides[0], p.v_stride_token = tv.strides[1], p.v_stride_head = tv.strides[2];
+  p.num_blocks = static_cast<int>(tk.shape[0]);
+  p.block_size = static_cast<int>(tk.shape[1]);
+  auto scalar = [&](const std::optional<Array>& a, const char* name) -> const float* {
+    if (!a) return nullptr;
+    const TensorDesc t = desc(*a);
+    check::cuda_device(t, name, dev);
+    check::dtype(t, name, DType::kF32);
+    int64_t n = 1;
+    for (int64_t x : t.shape) n *= x;
+    HK_CHECK(kShape, n == 1, name, "a one-element float32 tensor", "shape " + shape_str(t.shape));
+    return static_cast<const float*>(t.data);
+  };
+  p.k_scale = scalar(k_scale, "k_scale");
+  p.v_scale = scalar(v_scale, "v_scale");
+  p.slot_mapping = static_cast<const int64_t*>(ts.data);
+  p.q_out = const_cast<void*>(tq.data);
+  p.q_out_dtype = qod;
+  p.q_out_stride_token = tq.strides[0];
+  p.q_out_stride_head = tq.strides[1];
+  if (q_scale_out) {
+    const TensorDesc t = desc(*q_scale_out);
+    check::cuda_device(t, "q_scale_out", dev);
+    check::dtype(t, "q_scale_out", DType::kF32);
+    check::rank(t, "q_scale_out", 2, "[num_tokens, num_q_heads]");
+    check::extent(t, "q_scale_out", 0, T, "[num_tokens, num_q_heads]");
+    check::extent(t, "q_scale_out", 1, num_q_heads, "[num_tokens, num_q_heads]");
+    check::contiguous(t, "q_scale_out");
+    p.q_scale_out = static_cast<float*>(const_cast<void*>(t.data));
+  }
+  p.error_count = static_cast<int*>(const_cast<void*>(te.data));
+  p.num_tokens = static_cast<int>(T);
+  p.num_q_heads = num_q_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = head_dim;
+  p.stream = stream_of(stream);
+  prologue::attention_prologue(p);
+}
+
 nb::dict build_info() {
   nb::dict d;
   d["version"] = HOPPERKIT_VERSION;
@@ -338,6 +469,7 @@ NB_MODULE(_C, m) {
         nb::arg("v_scale").none(), nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("query_start_loc").none(),
         nb::arg("workspace"), nb::arg("out"), nb::arg("lse").none(), nb::arg("cfg"), nb::arg("max_q_len"),
         nb::arg("softmax_scale"), nb::arg("stream"));
+  m.def("attention_prologue", guarded(&attention_prologue));
   m.attr("DTYPE_BF16") = static_cast<int>(DType::kBF16);
   m.attr("DTYPE_FP8E4M3") = static_cast<int>(DType::kFP8E4M3);
   m.attr("PLAN_ERROR_SEQ_LEN_CLAMPED") = static_cast<int>(decode::kPlanErrorSeqLenClamped);

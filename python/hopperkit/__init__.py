@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from ._core import build_info
 from .decode import DecodePlan, decode_attention, quantize_query_fp8
+from .prologue import attention_prologue
 from .errors import (AlignmentError, CudaError, DeviceError, DtypeError, HopperkitError, InvalidValueError,
                      PlanError, ShapeError, StrideError, UnsupportedError)
 
 __version__ = build_info()["version"]
 
 __all__ = [
-    "DecodePlan", "decode_attention", "quantize_query_fp8", "build_info",
+    "DecodePlan", "decode_attention", "quantize_query_fp8", "attention_prologue", "build_info",
     "HopperkitError", "ShapeError", "DtypeError", "DeviceError", "StrideError", "AlignmentError",
     "InvalidValueError", "UnsupportedError", "CudaError", "PlanError",
 ]

@@ -84,3 +84,40 @@ def decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
         out[qs:qe] = o.reshape(ql, Hq, D)
         lse[qs:qe] = row_lse.permute(2, 0, 1).reshape(ql, Hq).float()
     return out, lse, covered
+
+
+def attention_prologue_reference(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, *,
+                                 num_q_heads: int, num_kv_heads: int, head_dim: int,
+                                 q_norm_weight: Optional[torch.Tensor] = None,
+                                 k_norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6,
+                                 norm_before_rope: bool = True, is_neox: bool = True):
+    """The unfused prologue in float32: returns (q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]) before any cache
+    write or quantisation. Positions must be in range (the fused op skips the others)."""
+    T = qkv.shape[0]
+    D = head_dim
+    x = qkv.float().reshape(T, num_q_heads + 2 * num_kv_heads, D)
+    q, k, v = x.split([num_q_heads, num_kv_heads, num_kv_heads], dim=1)
+    rot = cos_sin_cache.shape[1]
+    cs = cos_sin_cache.float()[positions.long()]          # [T, rot]
+    cos, sin = cs[:, : rot // 2], cs[:, rot // 2:]
+
+    def norm(t, w):
+        if w is None:
+            return t
+        return t * torch.rsqrt(t.pow(2).mean(dim=-1, keepdim=True) + eps) * w.float()
+
+    def rope(t):
+        r, rest = t[..., :rot], t[..., rot:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        if is_neox:
+            a, b = r[..., : rot // 2], r[..., rot // 2:]
+            r = torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+        else:
+            a, b = r[..., 0::2], r[..., 1::2]
+            r = torch.stack([a * c - b * s, b * c + a * s], dim=-1).flatten(-2)
+        return torch.cat([r, rest], dim=-1)
+
+    def apply(t, w):
+        return rope(norm(t, w)) if norm_before_rope else norm(rope(t), w)
+
+    return apply(q, q_norm_weight), apply(k, k_norm_weight), v.clone()

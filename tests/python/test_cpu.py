@@ -108,3 +108,37 @@ def test_reference_matches_naive_loops_on_cpu():
     # lse of the last token (sees every key)
     s = (kk[:, 0].double() @ q[-1].double().T) / math.sqrt(128)
     assert torch.allclose(lse[-1].double(), torch.logsumexp(s, dim=0), atol=1e-5)
+
+
+def test_prologue_reference_against_a_per_element_loop():
+    from hopperkit.reference import attention_prologue_reference
+    g = torch.Generator().manual_seed(1)
+    T, hq, hkv, d, rot = 3, 2, 1, 64, 32
+    qkv = torch.randn(T, (hq + 2 * hkv) * d, generator=g)
+    pos = torch.tensor([0, 5, 17])
+    inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    ang = torch.arange(32, dtype=torch.float64)[:, None] * inv[None, :]
+    cs = torch.cat([ang.cos(), ang.sin()], 1).float()
+    w = torch.rand(d, generator=g) + 0.5
+    for neox in (True, False):
+        q, k, v = attention_prologue_reference(qkv, pos, cs, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                               q_norm_weight=w, k_norm_weight=None, norm_before_rope=True,
+                                               is_neox=neox)
+        for t in range(T):
+            x = qkv[t, :d].double()
+            x = x / torch.sqrt((x * x).mean() + 1e-6) * w.double()
+            y = x.clone()
+            for i in range(rot // 2):
+                c, s = math.cos(pos[t] * inv[i]), math.sin(pos[t] * inv[i])
+                a, b = (i, i + rot // 2) if neox else (2 * i, 2 * i + 1)
+                y[a], y[b] = x[a] * c - x[b] * s, x[b] * c + x[a] * s
+            assert torch.allclose(q[t, 0].double(), y, atol=1e-4), (neox, t)
+        assert torch.equal(v, qkv.reshape(T, hq + 2 * hkv, d)[:, hq + hkv:])
+        # k has no norm weight here: rope only
+        assert not torch.allclose(k, qkv.reshape(T, hq + 2 * hkv, d)[:, hq:hq + hkv])
+
+
+def test_prologue_rejects_cpu_tensors():
+    x = torch.zeros(2, 4 * 128, dtype=torch.bfloat16)
+    with pytest.raises(hopperkit.DeviceError, match="qkv"):
+        hopperkit.attention_prologue(x, x, x, x, x, x, num_q_heads=2, num_kv_heads=1, head_dim=128)

@@ -1,0 +1,142 @@
+// hopperkit fused attention prologue: validation, dispatch over head dims, launch.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "hopperkit/error.h"
+#include "hopperkit/prologue/prologue.h"
+#include "prologue/prologue_kernel.cuh"
+
+namespace hopperkit {
+namespace prologue {
+
+namespace {
+
+void check_cache(const char* arg, const void* p, int64_t sb, int64_t st, int64_t sh, int es, int hkv) {
+  HK_CHECK(kValue, p != nullptr, arg, "a device pointer", "null");
+  HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(p) % 16 == 0, arg, "a 16-byte aligned data pointer",
+           "address offset " + std::to_string(reinterpret_cast<uintptr_t>(p) % 16));
+  HK_CHECK(kStride, sb > 0 && st > 0 && (sh > 0 || hkv == 1), arg, "positive block / token / head strides",
+           "(" + std::to_string(sb) + ", " + std::to_string(st) + ", " + std::to_string(sh) + ")");
+  const int64_t s[3] = {sb, st, hkv == 1 ? 8 : sh};
+  for (int i = 0; i < 3; ++i) {
+    HK_CHECK(kAlignment, (s[i] * es) % 16 == 0, arg, "block / token / head strides that are multiples of 16 bytes",
+             "(" + std::to_string(sb) + ", " + std::to_string(st) + ", " + std::to_string(sh) + ") elements");
+  }
+}
+
+}  // namespace
+
+void validate_attention_prologue(const PrologueParams& p) {
+  HK_CHECK(kUnsupported, p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256, "head_dim", "64, 128 or 256",
+           p.head_dim);
+  HK_CHECK(kValue, p.num_q_heads >= 1 && p.num_kv_heads >= 1, "num_q_heads / num_kv_heads", ">= 1 each",
+           std::to_string(p.num_q_heads) + " / " + std::to_string(p.num_kv_heads));
+  HK_CHECK(kValue, p.num_tokens >= 0, "num_tokens", ">= 0", p.num_tokens);
+  HK_CHECK(kValue, p.rotary_dim > 0 && p.rotary_dim <= p.head_dim && p.rotary_dim % 16 == 0, "cos_sin_cache",
+           "rotary_dim a multiple of 16 in 16.." + std::to_string(p.head_dim), p.rotary_dim);
+  HK_CHECK(kValue, p.max_position >= 1, "cos_sin_cache", "at least one position", p.max_position);
+  HK_CHECK(kValue, std::isfinite(p.eps) && p.eps > 0.f, "eps", "a finite value > 0", p.eps);
+  HK_CHECK(kDtype, p.positions_dtype == DType::kInt32 || p.positions_dtype == DType::kInt64, "positions",
+           "int32 or int64", dtype_name(p.positions_dtype));
+  HK_CHECK(kDtype, p.cos_sin_dtype == DType::kF32 || p.cos_sin_dtype == DType::kBF16, "cos_sin_cache",
+           "float32 or bfloat16", dtype_name(p.cos_sin_dtype));
+  HK_CHECK(kDtype, p.norm_weight_dtype == DType::kF32 || p.norm_weight_dtype == DType::kBF16, "q_norm_weight",
+           "float32 or bfloat16", dtype_name(p.norm_weight_dtype));
+  HK_CHECK(kDtype, p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kFP8E4M3, "k_cache",
+           "bfloat16 or float8_e4m3fn", dtype_name(p.kv_dtype));
+  HK_CHECK(kDtype, p.q_out_dtype == DType::kBF16 || p.q_out_dtype == DType::kFP8E4M3, "q_out",
+           "bfloat16 or float8_e4m3fn", dtype_name(p.q_out_dtype));
+  if (p.num_tokens == 0) return;
+  HK_CHECK(kValue, p.qkv != nullptr && p.positions != nullptr && p.cos_sin != nullptr && p.slot_mapping != nullptr &&
+                       p.q_out != nullptr && p.error_count != nullptr,
+           "qkv / positions / cos_sin_cache / slot_mapping / q_out / error_count", "device pointers", "a null pointer");
+  HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(p.qkv) % 16 == 0 && (p.qkv_stride_token * 2) % 16 == 0, "qkv",
+           "a 16-byte aligned pointer and row stride", "row stride " + std::to_string(p.qkv_stride_token));
+  const int64_t row = static_cast<int64_t>(p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim;
+  HK_CHECK(kStride, p.qkv_stride_token >= row || p.num_tokens == 1, "qkv",
+           "a row stride >= (num_q_heads + 2 * num_kv_heads) * head_dim = " + std::to_string(row),
+           p.qkv_stride_token);
+  const int cs_es = dtype_size(p.cos_sin_dtype);
+  HK_CHECK(kAlignment,
+           reinterpret_cast<uintptr_t>(p.cos_sin) % 16 == 0 && (p.cos_sin_stride * cs_es) % 16 == 0 &&
+               p.cos_sin_stride >= p.rotary_dim,
+           "cos_sin_cache", "a 16-byte aligned pointer and a row stride >= rotary_dim in multiples of 16 bytes",
+           "row stride " + std::to_string(p.cos_sin_stride));
+  for (const void* w : {p.q_norm_weight, p.k_norm_weight}) {
+    HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(w) % 16 == 0, "q_norm_weight / k_norm_weight",
+             "16-byte aligned pointers", "address offset " + std::to_string(reinterpret_cast<uintptr_t>(w) % 16));
+  }
+  const int kv_es = dtype_size(p.kv_dtype);
+  check_cache("k_cache", p.k_cache, p.k_stride_block, p.k_stride_token, p.k_stride_head, kv_es, p.num_kv_heads);
+  check_cache("v_cache", p.v_cache, p.v_stride_block, p.v_stride_token, p.v_stride_head, kv_es, p.num_kv_heads);
+  HK_CHECK(kShape, p.num_blocks >= 1 && p.block_size >= 1, "k_cache", "num_blocks >= 1 and block_size >= 1",
+           std::to_string(p.num_blocks) + " blocks of " + std::to_string(p.block_size));
+  const int q_es = dtype_size(p.q_out_dtype);
+  HK_CHECK(kAlignment,
+           reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 && (p.q_out_stride_token * q_es) % 16 == 0 &&
+               (p.q_out_stride_head * q_es) % 16 == 0,
+           "q_out", "a 16-byte aligned pointer and strides that are multiples of 16 bytes",
+           "strides (" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ")");
+  HK_CHECK(kStride, p.q_out_stride_token > 0 && p.q_out_stride_head > 0, "q_out", "positive strides",
+           "(" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ")");
+  if (p.q_out_dtype == DType::kFP8E4M3) {
+    HK_CHECK(kValue, p.q_scale_out != nullptr, "q_scale_out", "a [num_tokens, num_q_heads] float32 tensor (fp8 q)",
+             "null");
+  }
+}
+
+void attention_prologue(const PrologueParams& p) {
+  validate_attention_prologue(p);
+  if (p.num_tokens == 0) return;
+  PrologueArgs a{};
+  a.qkv = static_cast<const uint16_t*>(p.qkv);
+  a.qkv_stride = p.qkv_stride_token;
+  a.positions = p.positions;
+  a.positions_64 = p.positions_dtype == DType::kInt64;
+  a.cos_sin = p.cos_sin;
+  a.cos_sin_f32 = p.cos_sin_dtype == DType::kF32;
+  a.cs_stride = p.cos_sin_stride;
+  a.max_position = p.max_position;
+  a.rotary_dim = p.rotary_dim;
+  a.is_neox = p.is_neox;
+  a.q_w = p.q_norm_weight;
+  a.k_w = p.k_norm_weight;
+  a.w_f32 = p.norm_weight_dtype == DType::kF32;
+  a.eps = p.eps;
+  a.norm_first = p.norm_before_rope;
+  a.k_cache = static_cast<uint8_t*>(p.k_cache);
+  a.v_cache = static_cast<uint8_t*>(p.v_cache);
+  a.kv_fp8 = p.kv_dtype == DType::kFP8E4M3;
+  a.ks_block = p.k_stride_block, a.ks_token = p.k_stride_token, a.ks_head = p.k_stride_head;
+  a.vs_block = p.v_stride_block, a.vs_token = p.v_stride_token, a.vs_head = p.v_stride_head;
+  a.num_slots = static_cast<int64_t>(p.num_blocks) * p.block_size;
+  a.block_size = p.block_size;
+  a.k_scale = a.kv_fp8 ? p.k_scale : nullptr;
+  a.v_scale = a.kv_fp8 ? p.v_scale : nullptr;
+  a.slot_mapping = p.slot_mapping;
+  a.q_out = static_cast<uint8_t*>(p.q_out);
+  a.q_fp8 = p.q_out_dtype == DType::kFP8E4M3;
+  a.qo_token = p.q_out_stride_token;
+  a.qo_head = p.q_out_stride_head;
+  a.q_scale_out = p.q_scale_out;
+  a.err = p.error_count;
+  a.num_tokens = p.num_tokens;
+  a.hq = p.num_q_heads;
+  a.hkv = p.num_kv_heads;
+  const int64_t threads = static_cast<int64_t>(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads) * (p.head_dim / 8);
+  const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
+  const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
+  // one list of supported head dims; the default branch reports the value (validation catches it first)
+  switch (p.head_dim) {
+    case 64: attention_prologue_kernel<64><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    case 128: attention_prologue_kernel<128><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    case 256: attention_prologue_kernel<256><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    default: HK_CHECK(kUnsupported, false, "head_dim", "64, 128 or 256", p.head_dim);
+  }
+  HK_CHECK_LAUNCH("attention_prologue_kernel");
+}
+
+}  // namespace prologue
+}  // namespace hopperkit

@@ -1,0 +1,267 @@
+// hopperkit fused attention prologue: device code.
+//
+// One thread per 8 consecutive elements (16 bytes of bf16) of one head of one token; the D/8 threads of a head
+// are consecutive lanes of one warp, so per-head reductions (RMSNorm sum of squares, FP8 amax) and the NeoX
+// rotate-half partner exchange are warp shuffles inside the group. Threads walk the QKV row in memory order,
+// so every load and store is a coalesced 16-byte (or 8-byte for FP8) access; each thread handles kItems
+// vectors whose loads are all issued before any use.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hopperkit/prologue/prologue.h"
+
+namespace hopperkit {
+namespace prologue {
+
+constexpr int kPrologueThreads = 256;
+constexpr int kItems = 2;  // vectors per thread, loaded together
+constexpr float kFp8Max = 448.f;
+
+struct PrologueArgs {
+  const uint16_t* qkv;
+  int64_t qkv_stride;
+  const void* positions;
+  int positions_64;
+  const void* cos_sin;
+  int cos_sin_f32;
+  int64_t cs_stride;
+  int max_position;
+  int rotary_dim;
+  int is_neox;
+  const void* q_w;
+  const void* k_w;
+  int w_f32;
+  float eps;
+  int norm_first;
+  uint8_t* k_cache;
+  uint8_t* v_cache;
+  int kv_fp8;
+  int64_t ks_block, ks_token, ks_head;  // elements
+  int64_t vs_block, vs_token, vs_head;
+  int64_t num_slots;                    // num_blocks * block_size
+  int block_size;
+  const float* k_scale;
+  const float* v_scale;
+  const int64_t* slot_mapping;
+  uint8_t* q_out;
+  int q_fp8;
+  int64_t qo_token, qo_head;            // elements
+  float* q_scale_out;
+  int* err;
+  int num_tokens;
+  int hq, hkv;
+};
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&x)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(w[i] << 16);
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint16_t pack_fp8x2(float a, float b) {
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 consecutive values (fp32 or bf16) starting at p.
+__device__ __forceinline__ void load8(const void* p, int f32, float (&x)[8]) {
+  if (f32) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *(reinterpret_cast<const float4*>(p) + 1);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  } else {
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(p), x);
+  }
+}
+
+// 4 consecutive values (fp32 or bf16) starting at p.
+__device__ __forceinline__ void load4(const void* p, int f32, float (&x)[4]) {
+  if (f32) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
+    x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
+  }
+}
+
+template <int TPH>
+__device__ __forceinline__ float group_sum(float v, unsigned mask) {
+#pragma unroll
+  for (int o = TPH / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
+  return v;
+}
+
+template <int TPH>
+__device__ __forceinline__ float group_max(float v, unsigned mask) {
+#pragma unroll
+  for (int o = TPH / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(mask, v, o));
+  return v;
+}
+
+template <int TPH>
+__device__ __forceinline__ void rms_norm(float (&x)[8], const void* w, int w_f32, int j, float eps, unsigned mask) {
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
+  ss = group_sum<TPH>(ss, mask);
+  const float r = rsqrtf(ss / static_cast<float>(TPH * 8) + eps);
+  float wv[8];
+  load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(j) * 8 * (w_f32 ? 4 : 2), w_f32, wv);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = x[i] * r * wv[i];
+}
+
+template <int TPH>
+__device__ __forceinline__ void rope(float (&x)[8], const PrologueArgs& a, int64_t pos, int j, int lane,
+                                     unsigned mask) {
+  const int e0 = j * 8;
+  const int half = a.rotary_dim / 2;
+  const uint8_t* row = static_cast<const uint8_t*>(a.cos_sin) + pos * a.cs_stride * (a.cos_sin_f32 ? 4 : 2);
+  const int es = a.cos_sin_f32 ? 4 : 2;
+  if (a.is_neox) {
+    // partner of element e is e +- r/2: the same slot of the thread r/16 lanes away (every thread of the group
+    // takes part in the shuffles, those beyond the rotary dims with themselves)
+    const bool rotated = e0 < a.rotary_dim;
+    const bool first = e0 < half;
+    const int src = !rotated ? lane : (first ? lane + half / 8 : lane - half / 8);
+    float xp[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) xp[i] = __shfl_sync(mask, x[i], src);
+    if (rotated) {
+      const int c0 = first ? e0 : e0 - half;
+      float c[8], s[8];
+      load8(row + static_cast<int64_t>(c0) * es, a.cos_sin_f32, c);
+      load8(row + static_cast<int64_t>(half + c0) * es, a.cos_sin_f32, s);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = first ? x[i] * c[i] - xp[i] * s[i] : x[i] * c[i] + xp[i] * s[i];
+    }
+  } else if (e0 < a.rotary_dim) {
+    // GPT-J: pairs (2m, 2m + 1) use cos/sin index m
+    float c[4], s[4];
+    load4(row + static_cast<int64_t>(e0 / 2) * es, a.cos_sin_f32, c);
+    load4(row + static_cast<int64_t>(half + e0 / 2) * es, a.cos_sin_f32, s);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const float x0 = x[2 * m], x1 = x[2 * m + 1];
+      x[2 * m] = x0 * c[m] - x1 * s[m];
+      x[2 * m + 1] = x1 * c[m] + x0 * s[m];
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(const PrologueArgs a) {
+  constexpr int TPH = D / 8;  // threads per head
+  const int lane = threadIdx.x & 31;
+  const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
+  const int H = a.hq + 2 * a.hkv;
+  const int64_t total = static_cast<int64_t>(a.num_tokens) * H * TPH;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kPrologueThreads * kItems) + threadIdx.x;
+
+  // ---- loads of every item first
+  uint4 raw[kItems];
+  int64_t pos[kItems];
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t g = base + it * kPrologueThreads;
+    raw[it] = make_uint4(0u, 0u, 0u, 0u);
+    pos[it] = 0;
+    if (g < total) {
+      const int64_t hv = g / TPH;
+      const int j = static_cast<int>(g - hv * TPH);
+      const int64_t t = hv / H;
+      const int h = static_cast<int>(hv - t * H);
+      raw[it] = *reinterpret_cast<const uint4*>(a.qkv + t * a.qkv_stride + static_cast<int64_t>(h) * D + j * 8);
+      pos[it] = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
+                               : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
+    }
+  }
+
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t g = base + it * kPrologueThreads;
+    if (g >= total) continue;  // whole head groups drop out together (total is a multiple of TPH)
+    const int64_t hv = g / TPH;
+    const int j = static_cast<int>(g - hv * TPH);
+    const int64_t t = hv / H;
+    const int h = static_cast<int>(hv - t * H);
+    const int64_t p = pos[it];
+    if (p < 0 || p >= a.max_position) {  // untrusted: skip the whole token, count it once
+      if (h == 0 && j == 0) atomicAdd(&a.err[kErrPosition], 1);
+      continue;
+    }
+    const int kind = h < a.hq ? 0 : (h < a.hq + a.hkv ? 1 : 2);  // q, k, v
+    float x[8];
+    bf16x8_to_float(raw[it], x);
+    if (kind != 2) {
+      const void* w = kind == 0 ? a.q_w : a.k_w;
+      if (w != nullptr && a.norm_first) rms_norm<TPH>(x, w, a.w_f32, j, a.eps, mask);
+      rope<TPH>(x, a, p, j, lane, mask);
+      if (w != nullptr && !a.norm_first) rms_norm<TPH>(x, w, a.w_f32, j, a.eps, mask);
+    }
+    if (kind == 0) {
+      uint8_t* dst = a.q_out + (t * a.qo_token + static_cast<int64_t>(h) * a.qo_head + j * 8) * (a.q_fp8 ? 1 : 2);
+      if (a.q_fp8) {
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        amax = group_max<TPH>(amax, mask);
+        const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
+        uint2 q8;
+        q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] / scale, x[1] / scale)) |
+               (static_cast<uint32_t>(pack_fp8x2(x[2] / scale, x[3] / scale)) << 16);
+        q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] / scale, x[5] / scale)) |
+               (static_cast<uint32_t>(pack_fp8x2(x[6] / scale, x[7] / scale)) << 16);
+        *reinterpret_cast<uint2*>(dst) = q8;
+        if (j == 0) a.q_scale_out[t * a.hq + h] = scale;
+      } else {
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+      }
+      continue;
+    }
+    const int64_t slot = a.slot_mapping[t];
+    if (slot == -1) continue;  // padding token
+    if (slot < 0 || slot >= a.num_slots) {
+      if (h == a.hq && j == 0) atomicAdd(&a.err[kErrSlot], 1);
+      continue;
+    }
+    const int64_t blk = slot / a.block_size;
+    const int64_t off = slot - blk * a.block_size;
+    const bool is_k = kind == 1;
+    const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
+    const int64_t idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
+                             : blk * a.vs_block + off * a.vs_token + head * a.vs_head;
+    uint8_t* cache = is_k ? a.k_cache : a.v_cache;
+    if (a.kv_fp8) {
+      const float* sp = is_k ? a.k_scale : a.v_scale;
+      const float inv = sp != nullptr ? 1.f / *sp : 1.f;
+      uint2 q8;
+      q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
+             (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
+      q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
+             (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
+      *reinterpret_cast<uint2*>(cache + idx + j * 8) = q8;
+    } else {
+      *reinterpret_cast<uint4*>(cache + (idx + j * 8) * 2) =
+          make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+    }
+  }
+}
+
+}  // namespace prologue
+}  // namespace hopperkit
