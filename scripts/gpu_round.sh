@@ -3,6 +3,8 @@
 #   build + install, the whole GPU test suite ("N passed, N failed"), optional compute-sanitizer pass,
 #   and a quick benchmark. Results and logs go to $OUT (default ./gpu_round_out).
 # Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--sanitize] [--tests EXPR]
+# $OUT gets at most 8 files: tests.log, bench.log, sanitize.log, decode.{json,png}, prologue.{json,png}
+# (build.log only when the build fails).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_round_out}
@@ -35,8 +37,8 @@ export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-unknown}}
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 stamp "building"
-if ! $PY -m pip install --no-build-isolation --no-deps -q . > "$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; stamp "BUILD FAILED"; exit 1
+if ! $PY -m pip install --no-build-isolation --no-deps -q . > /tmp/hk_build.log 2>&1; then
+  cp /tmp/hk_build.log "$OUT/build.log"; tail -40 /tmp/hk_build.log; stamp "BUILD FAILED"; exit 1
 fi
 stamp "built: $($PY -c 'import hopperkit; print(hopperkit.build_info())' 2>&1)"
 # smoke: a typed error must come back from the core (if this crashes, print a native backtrace)
@@ -55,10 +57,10 @@ K=()
 [ -n "$TESTS" ] && K=(-k "$TESTS")
 # a kernel that hangs must not eat the round: per-test and whole-suite time limits
 TO=(); $PY -c "import pytest_timeout" 2>/dev/null && TO=(--timeout "${TEST_TIMEOUT_EACH:-120}" --timeout-method=thread)
-timeout "${TEST_TIMEOUT:-300}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml="$OUT/junit.xml" \
+timeout "${TEST_TIMEOUT:-300}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml=/tmp/hk_junit.xml \
   "${TO[@]}" "${K[@]}" > "$OUT/tests.log" 2>&1 || echo "pytest exit status $?"
 grep -E "^(FAILED|ERROR)|HK_TEST_SEED" "$OUT/tests.log" | head -40
-$PY - "$OUT/junit.xml" <<'PYEOF'
+$PY - /tmp/hk_junit.xml <<'PYEOF'
 import sys, xml.etree.ElementTree as ET
 try:
     r = ET.parse(sys.argv[1]).getroot()
@@ -72,23 +74,31 @@ tail -3 "$OUT/tests.log"
 
 # ---- 3. compute-sanitizer over a representative subset
 if [ "$SANITIZE" = 1 ]; then
-  SUB="len65 or bs16_edges or qlen8_group16 or ragged_qlen or zero_len or group4 or cuda_graph"
+  SUB="len65 or bs16_edges or qlen8_group16 or ragged_qlen or zero_len or group4 or cuda_graph or test_dtypes_layouts or untrusted or prologue_then"
   for tool in memcheck racecheck; do
     stamp "compute-sanitizer $tool"
-    compute-sanitizer --tool $tool --error-exitcode 17 --print-limit 20 \
-      $PY -m pytest tests/python/test_decode_gpu.py -q -x -p no:cacheprovider -k "$SUB and not static" \
-      > "$OUT/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit $? ($(grep -cE 'ERROR SUMMARY: [1-9]' "$OUT/sanitize_$tool.log") error summaries)"
-    grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitize_$tool.log" | tail -3
+    timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 17 --print-limit 20 \
+      $PY -m pytest tests/python -q -x -p no:cacheprovider -k "($SUB) and not static" \
+      > /tmp/hk_sanitize_$tool.log 2>&1
+    rc=$?
+    { echo "==== compute-sanitizer $tool: exit $rc"; cat /tmp/hk_sanitize_$tool.log; } >> "$OUT/sanitize.log"
+    echo "compute-sanitizer $tool: exit $rc ($(grep -cE 'ERROR SUMMARY: [1-9]' /tmp/hk_sanitize_$tool.log) error summaries)"
+    grep -E "ERROR SUMMARY|passed|failed" /tmp/hk_sanitize_$tool.log | tail -3
   done
 fi
 
-# ---- 4. benchmark
+# ---- 4. benchmarks
 if [ "$BENCH" != none ]; then
-  stamp "benchmark ($BENCH)"
   QUICK=(); [ "$BENCH" = quick ] && QUICK=(--quick)
+  stamp "decode benchmark ($BENCH)"
   timeout "${BENCH_TIMEOUT:-300}" $PY -m bench.decode_bench "${QUICK[@]}" --out "$OUT/decode.json" 2>&1 \
-    | tee "$OUT/bench.log" | tail -60
+    | tee "$OUT/bench.log" | grep -v "it/s" | tail -60
   $PY -m bench.plot_decode "$OUT/decode.json" > /dev/null 2>&1 || true
+  if [ -f bench/prologue_bench.py ]; then
+    stamp "prologue benchmark ($BENCH)"
+    timeout "${PROLOGUE_BENCH_TIMEOUT:-240}" $PY -m bench.prologue_bench "${QUICK[@]}" --out "$OUT/prologue.json" 2>&1 \
+      | tee -a "$OUT/bench.log" | grep -v "it/s" | tail -60
+    $PY -m bench.plot_prologue "$OUT/prologue.json" > /dev/null 2>&1 || true
+  fi
 fi
 stamp "done"

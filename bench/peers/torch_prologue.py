@@ -135,9 +135,8 @@ def reference(qkv, positions, cos_sin_cache, slot_mapping=None, *, num_q_heads, 
         k, v   [T, Hkv, D] float32, the values the cache should hold once dequantised (fp8 cache: saturated,
                clamp(x / scale, +-448) * scale, but not rounded to fp8);
         valid  [T] bool (slot >= 0), slots [T] int64 (when slot_mapping is given)."""
-    t, d = qkv.shape[0], head_dim
     x = qkv.float()
-    q, k, v = split_heads(x, num_q_heads, num_kv_heads, d)
+    q, k, v = split_heads(x, num_q_heads, num_kv_heads, head_dim)
     cos, sin = gather_cos_sin(cos_sin_cache.float(), positions.long())
 
     def norm(y, w):
