@@ -320,6 +320,8 @@ void attention_prologue(const Array& qkv, const Array& positions, const Array& c
                         int num_q_heads, int num_kv_heads, int head_dim, double eps, bool norm_before_rope,
                         bool is_neox, uintptr_t stream) {
   prologue::PrologueParams p;
+  HK_CHECK(kUnsupported, head_dim == 64 || head_dim == 128 || head_dim == 256, "head_dim", "64, 128 or 256",
+           head_dim);  // first, so that an unsupported head dim is reported as such, not as a shape mismatch
   const DType kvd = dtype_from_code(kv_dtype, "k_cache");
   const DType qod = dtype_from_code(q_out_dtype, "q_out");
   const TensorDesc tx = desc(qkv), tp = desc(positions), tcs = desc(cos_sin), tk = desc(k_cache, kvd),

@@ -19,7 +19,7 @@ void check_cache(const char* arg, const void* p, int64_t sb, int64_t st, int64_t
            "address offset " + std::to_string(reinterpret_cast<uintptr_t>(p) % 16));
   HK_CHECK(kStride, sb > 0 && st > 0 && (sh > 0 || hkv == 1), arg, "positive block / token / head strides",
            "(" + std::to_string(sb) + ", " + std::to_string(st) + ", " + std::to_string(sh) + ")");
-  const int64_t s[3] = {sb, st, hkv == 1 ? 8 : sh};
+  const int64_t s[3] = {sb, st, hkv == 1 ? 16 : sh};  // a single head's stride is never used
   for (int i = 0; i < 3; ++i) {
     HK_CHECK(kAlignment, (s[i] * es) % 16 == 0, arg, "block / token / head strides that are multiples of 16 bytes",
              "(" + std::to_string(sb) + ", " + std::to_string(st) + ", " + std::to_string(sh) + ") elements");
