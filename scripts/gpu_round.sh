@@ -4,7 +4,8 @@
 #   and a quick benchmark. Results and logs go to $OUT (default ./gpu_round_out).
 # Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--sanitize] [--tests EXPR]
 # $OUT gets at most 8 files: tests.log, bench.log, sanitize.log, decode.{json,png}, prologue.{json,png}
-# (build.log only when the build fails).
+# (build.log only when the build fails). A copy of the tree without .git names its commit through
+# HOPPERKIT_GIT_HASH=<hash> (build_info and the benchmark JSON record it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_round_out}
@@ -32,7 +33,9 @@ if [ ! -d bench/anchors ] && [ -d ../shared/anchors ]; then mkdir -p bench/ancho
 
 # ---- 1. build and install (kernels for sm_90a)
 # provenance: a copy of the tree without .git can be told its commit with HOPPERKIT_GIT_HASH=<hash>
-if git rev-parse HEAD >/dev/null 2>&1; then export HOPPERKIT_GIT_HASH=$(git rev-parse --short=12 HEAD); fi
+if [ -z "${HOPPERKIT_GIT_HASH:-}" ] && git rev-parse HEAD >/dev/null 2>&1; then
+  export HOPPERKIT_GIT_HASH=$(git rev-parse --short=12 HEAD)
+fi
 export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-unknown}}
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
