@@ -1,0 +1,184 @@
+// CPU tests of the fused MoE's host side: tile heuristics, the routing index twin (fuzzed against a direct
+// count), and parameter validation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "hopperkit/error.h"
+#include "hopperkit/moe/heuristics.h"
+#include "hopperkit/moe/moe.h"
+#include "hopperkit/moe/routing.h"
+
+using namespace hopperkit;
+using namespace hopperkit::moe;
+
+TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
+  EXPECT_EQ(block_m(4, 8, 192), 16);      // decode: a fraction of a row per expert
+  EXPECT_EQ(block_m(256, 8, 128), 16);    // 16 rows per expert
+  EXPECT_EQ(block_m(512, 8, 128), 32);
+  EXPECT_EQ(block_m(1024, 8, 128), 64);
+  EXPECT_EQ(block_m(16384, 8, 256), 128);
+  EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
+  EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
+}
+
+namespace {
+std::vector<int32_t> random_ids(std::mt19937& rng, int T, int K, int E, int kind) {
+  std::vector<int32_t> ids(static_cast<size_t>(T) * K);
+  for (int t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) {
+      int e;
+      switch (kind) {
+        case 0: e = static_cast<int>(rng() % E); break;                     // uniform
+        case 1: e = (rng() % 2) ? 0 : static_cast<int>(rng() % E); break;    // one hot expert
+        case 2: e = static_cast<int>(rng() % std::max(1, E / 16)); break;   // many empty experts
+        default: e = (rng() % 13 == 0) ? -1 - static_cast<int>(rng() % 3) : static_cast<int>(rng() % (E + 4));
+      }
+      ids[static_cast<size_t>(t) * K + k] = e;
+    }
+  }
+  return ids;
+}
+}  // namespace
+
+TEST(MoeRoutingTwin, FuzzAgainstDirectCounts) {
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int E = 1 + static_cast<int>(rng() % 512);
+    const int K = 1 + static_cast<int>(rng() % std::min(16, E));
+    const int T = iter % 10 == 0 ? 1 : static_cast<int>(rng() % 3000);
+    const int kind = static_cast<int>(rng() % 4);
+    const bool ep = rng() % 2;
+    std::vector<int32_t> map(E);
+    int local = E;
+    if (ep) {  // any subset local, not only a range
+      local = 0;
+      for (int g = 0; g < E; ++g) map[g] = (rng() % 2) ? local++ : -1;
+      if (local == 0) map[0] = local++;
+    }
+    const int bm = 16 << (rng() % 4);
+    const std::vector<int32_t> ids = random_ids(rng, T, K, E, kind);
+    const MoeRouting r = moe_routing_cpu(ids.data(), T, K, ep ? map.data() : nullptr, E, local, bm);
+    // direct count
+    std::vector<std::vector<int32_t>> rows(local);
+    int dropped = 0;
+    for (int i = 0; i < T * K; ++i) {
+      const int g = ids[i];
+      const int e = (g >= 0 && g < E) ? (ep ? map[g] : g) : -1;
+      if (e < 0) {
+        ++dropped;
+        continue;
+      }
+      rows[e].push_back(i);
+    }
+    ASSERT_EQ(r.dropped_rows, dropped);
+    ASSERT_EQ(r.expert_offset.front(), 0);
+    for (int e = 0; e < local; ++e) {
+      ASSERT_EQ(r.expert_count[e], static_cast<int>(rows[e].size()));
+      ASSERT_EQ(r.expert_offset[e + 1] - r.expert_offset[e], r.expert_count[e]);
+      ASSERT_TRUE(std::equal(rows[e].begin(), rows[e].end(), r.sorted_rows.begin() + r.expert_offset[e]))
+          << "rows of an expert in row order";
+    }
+    // tiles cover every expert's range exactly once, block_m rows at most, in order
+    int64_t covered = 0;
+    int prev_end = 0;
+    for (const MoeTile& t : r.tiles) {
+      ASSERT_GE(t.rows, 1);
+      ASSERT_LE(t.rows, bm);
+      ASSERT_EQ(t.row_begin, prev_end);
+      ASSERT_LE(t.row_begin + t.rows, r.expert_offset[t.expert + 1]);
+      ASSERT_GE(t.row_begin, r.expert_offset[t.expert]);
+      prev_end = t.row_begin + t.rows;
+      covered += t.rows;
+    }
+    ASSERT_EQ(covered, r.expert_offset.back());
+    ASSERT_LE(static_cast<int64_t>(r.tiles.size()), max_tiles(T, K, local, bm));
+  }
+}
+
+TEST(MoeRoutingTwin, AllTokensToOneExpertAndOneToken) {
+  std::vector<int32_t> ids(64 * 8, 5);
+  const MoeRouting r = moe_routing_cpu(ids.data(), 64, 8, nullptr, 192, 192, 128);
+  EXPECT_EQ(r.expert_count[5], 512);
+  EXPECT_EQ(r.tiles.size(), 4u);
+  const int32_t one[2] = {3, 190};
+  const MoeRouting s = moe_routing_cpu(one, 1, 2, nullptr, 192, 192, 16);
+  EXPECT_EQ(s.tiles.size(), 2u);
+  EXPECT_THROW(moe_routing_cpu(one, 1, 2, nullptr, 192, 96, 16), Error);  // EP without a map
+  EXPECT_THROW(moe_routing_cpu(one, 1, 17, nullptr, 192, 192, 16), Error);
+  EXPECT_THROW(moe_routing_cpu(one, 1, 2, nullptr, 192, 192, 48), Error);
+}
+
+namespace {
+template <typename T>
+T* fake(uintptr_t a) {
+  return reinterpret_cast<T*>(a);
+}
+MoeParams valid_moe() {
+  MoeParams p;
+  p.hidden = fake<void>(0x1000);
+  p.hidden_stride = 4096;
+  p.topk_ids = fake<int32_t>(0x2000);
+  p.topk_weights = fake<float>(0x3000);
+  p.w13 = fake<void>(0x4000);
+  p.w2 = fake<void>(0x5000);
+  p.w13_scale = fake<float>(0x6000);
+  p.w2_scale = fake<float>(0x7000);
+  p.a13_scale = fake<float>(0x8000);
+  p.a2_scale = fake<float>(0x9000);
+  p.out = fake<void>(0xa000);
+  p.out_stride = 4096;
+  p.num_tokens = 16;
+  p.hidden_size = 4096;
+  p.intermediate = 192;  // Hy3 at TP8: fine per-tensor, rejected block-wise
+  p.num_local_experts = 192;
+  p.num_global_experts = 192;
+  p.top_k = 8;
+  return p;
+}
+}  // namespace
+
+TEST(MoeValidation, ShapesAndSchemes) {
+  EXPECT_NO_THROW(validate_moe(valid_moe()));
+  const struct {
+    const char* what;
+    std::function<void(MoeParams&)> mutate;
+    ErrorKind kind;
+    const char* arg;
+  } cases[] = {
+      {"block-wise cut 128-block", [](auto& p) { p.scaling = MoeScaling::kBlock128; p.a13_scale = p.a2_scale = nullptr; },
+       ErrorKind::kUnsupported, "intermediate"},
+      {"intermediate 96", [](auto& p) { p.intermediate = 96; }, ErrorKind::kUnsupported, "intermediate"},
+      {"hidden 4000", [](auto& p) { p.hidden_size = 4000; }, ErrorKind::kUnsupported, "hidden"},
+      {"top_k 17", [](auto& p) { p.top_k = 17; }, ErrorKind::kValue, "topk_ids"},
+      {"too many tokens", [](auto& p) { p.num_tokens = 16385; }, ErrorKind::kValue, "num_tokens"},
+      {"EP without map", [](auto& p) { p.num_local_experts = 24; }, ErrorKind::kValue, "expert_map"},
+      {"513 experts", [](auto& p) { p.num_global_experts = p.num_local_experts = 513; }, ErrorKind::kValue, "expert_map"},
+      {"no activation scales", [](auto& p) { p.a2_scale = nullptr; }, ErrorKind::kValue, "a13_scale / a2_scale"},
+      {"fp8 input without scale", [](auto& p) { p.hidden_dtype = DType::kFP8E4M3; p.hidden_stride = 4096; },
+       ErrorKind::kValue, "hidden_scale"},
+      {"f32 input", [](auto& p) { p.hidden_dtype = DType::kF32; }, ErrorKind::kDtype, "hidden"},
+      {"misaligned out", [](auto& p) { p.out = fake<void>(0xa008); }, ErrorKind::kAlignment, "out"},
+      {"short rows", [](auto& p) { p.hidden_stride = 2048; }, ErrorKind::kStride, "hidden"},
+  };
+  for (const auto& c : cases) {
+    MoeParams p = valid_moe();
+    c.mutate(p);
+    try {
+      validate_moe(p);
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), c.kind) << c.what << ": " << e.what();
+      EXPECT_EQ(e.arg(), c.arg) << c.what << ": " << e.what();
+    }
+  }
+  MoeParams b = valid_moe();  // block-wise with 128-multiples is fine (DeepSeek-V3 at TP8: 2048 / 8 = 256)
+  b.scaling = MoeScaling::kBlock128;
+  b.a13_scale = b.a2_scale = nullptr;
+  b.intermediate = 256;
+  b.hidden_size = b.hidden_stride = b.out_stride = 7168;
+  EXPECT_NO_THROW(validate_moe(b));
+}
