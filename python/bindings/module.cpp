@@ -91,6 +91,18 @@ DType dtype_from_code(int64_t code, const char* arg) {
 
 cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
+// An optional one-element fp32 tensor on `dev` (a per-tensor scale): its pointer, or null when absent.
+const float* scale_ptr(const std::optional<Array>& a, const char* name, int dev) {
+  if (!a) return nullptr;
+  const TensorDesc t = desc(*a);
+  check::cuda_device(t, name, dev);
+  check::dtype(t, name, DType::kF32);
+  int64_t n = 1;
+  for (int64_t x : t.shape) n *= x;
+  HK_CHECK(kShape, n == 1, name, "a one-element float32 tensor", "shape " + shape_str(t.shape));
+  return static_cast<const float*>(t.data);
+}
+
 // Every binding returns (result, error): error is None or (kind, arg, expected, actual, message), which the
 // Python layer raises as the matching typed exception. Core errors are caught right where the core is called
 // and never travel through the binding library's own exception machinery.
@@ -259,18 +271,8 @@ void decode_attention(const Array& q, int64_t q_dtype, std::optional<Array> q_sc
   p.v_stride_head = tv.strides[2];
   p.num_blocks = static_cast<int>(NB);
   p.block_size = static_cast<int>(BS);
-  auto scalar = [&](const std::optional<Array>& a, const char* name) -> const float* {
-    if (!a) return nullptr;
-    const TensorDesc t = desc(*a);
-    check::cuda_device(t, name, dev);
-    check::dtype(t, name, DType::kF32);
-    int64_t n = 1;
-    for (int64_t s : t.shape) n *= s;
-    HK_CHECK(kShape, n == 1, name, "a one-element float32 tensor", "shape " + shape_str(t.shape));
-    return static_cast<const float*>(t.data);
-  };
-  p.k_scale = scalar(k_scale, "k_scale");
-  p.v_scale = scalar(v_scale, "v_scale");
+  p.k_scale = scale_ptr(k_scale, "k_scale", dev);
+  p.v_scale = scale_ptr(v_scale, "v_scale", dev);
   p.block_table = static_cast<const int32_t*>(tbt.data);
   p.block_table_stride = tbt.strides[0];
   p.max_blocks_per_seq = static_cast<int>(tbt.shape[1]);
@@ -408,18 +410,8 @@ void attention_prologue(const Array& qkv, const Array& positions, const Array& c
   p.v_stride_block = tv.strides[0], p.v_stride_token = tv.strides[1], p.v_stride_head = tv.strides[2];
   p.num_blocks = static_cast<int>(tk.shape[0]);
   p.block_size = static_cast<int>(tk.shape[1]);
-  auto scalar = [&](const std::optional<Array>& a, const char* name) -> const float* {
-    if (!a) return nullptr;
-    const TensorDesc t = desc(*a);
-    check::cuda_device(t, name, dev);
-    check::dtype(t, name, DType::kF32);
-    int64_t n = 1;
-    for (int64_t x : t.shape) n *= x;
-    HK_CHECK(kShape, n == 1, name, "a one-element float32 tensor", "shape " + shape_str(t.shape));
-    return static_cast<const float*>(t.data);
-  };
-  p.k_scale = scalar(k_scale, "k_scale");
-  p.v_scale = scalar(v_scale, "v_scale");
+  p.k_scale = scale_ptr(k_scale, "k_scale", dev);
+  p.v_scale = scale_ptr(v_scale, "v_scale", dev);
   p.slot_mapping = static_cast<const int64_t*>(ts.data);
   p.q_out = const_cast<void*>(tq.data);
   p.q_out_dtype = qod;
