@@ -2,22 +2,24 @@
 # One full GPU round on a Hopper (sm_90) machine, in one call:
 #   build + install, the whole GPU test suite ("N passed, N failed"), optional compute-sanitizer pass,
 #   and a quick benchmark. Results and logs go to $OUT (default ./gpu_round_out).
-# Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--sanitize] [--tests EXPR]
-# $OUT gets at most 8 files: tests.log, bench.log, sanitize.log, decode.{json,png}, prologue.{json,png}
-# (build.log only when the build fails). A copy of the tree without .git names its commit through
+# Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--benches decode,prologue,moe] [--sanitize] [--tests EXPR]
+# $OUT gets: tests.log, bench.log, sanitize.log (--sanitize), {decode,prologue,moe}.{json,png} for the
+# benchmarks run (build.log only when the build fails). The device returns at most 8 files: with --sanitize,
+# run at most two benchmarks. A copy of the tree without .git names its commit through
 # HOPPERKIT_GIT_HASH=<hash> (build_info and the benchmark JSON record it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_round_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-BENCH=quick; SANITIZE=0; TESTS=""
+BENCH=quick; SANITIZE=0; TESTS=""; BENCHES="decode,prologue,moe"
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) BENCH=none ;;
     --full-bench) BENCH=full ;;
     --sanitize) SANITIZE=1 ;;
     --tests) TESTS="$2"; shift ;;
+    --benches) BENCHES="$2"; shift ;;
   esac
   shift
 done
@@ -93,15 +95,24 @@ fi
 # ---- 4. benchmarks
 if [ "$BENCH" != none ]; then
   QUICK=(); [ "$BENCH" = quick ] && QUICK=(--quick)
-  stamp "decode benchmark ($BENCH)"
-  timeout "${BENCH_TIMEOUT:-300}" $PY -m bench.decode_bench "${QUICK[@]}" --out "$OUT/decode.json" 2>&1 \
-    | tee "$OUT/bench.log" | grep -v "it/s" | tail -60
-  $PY -m bench.plot_decode "$OUT/decode.json" > /dev/null 2>&1 || true
-  if [ -f bench/prologue_bench.py ]; then
+  want() { [[ ",$BENCHES," == *",$1,"* ]]; }
+  if want decode; then
+    stamp "decode benchmark ($BENCH)"
+    timeout "${BENCH_TIMEOUT:-300}" $PY -m bench.decode_bench "${QUICK[@]}" --out "$OUT/decode.json" 2>&1 \
+      | tee -a "$OUT/bench.log" | grep -v "it/s" | tail -60
+    $PY -m bench.plot_decode "$OUT/decode.json" > /dev/null 2>&1 || true
+  fi
+  if want prologue; then
     stamp "prologue benchmark ($BENCH)"
     timeout "${PROLOGUE_BENCH_TIMEOUT:-240}" $PY -m bench.prologue_bench "${QUICK[@]}" --out "$OUT/prologue.json" 2>&1 \
       | tee -a "$OUT/bench.log" | grep -v "it/s" | tail -60
     $PY -m bench.plot_prologue "$OUT/prologue.json" > /dev/null 2>&1 || true
+  fi
+  if want moe; then
+    stamp "moe benchmark ($BENCH)"
+    timeout "${MOE_BENCH_TIMEOUT:-300}" $PY -m bench.moe_bench "${QUICK[@]}" --out "$OUT/moe.json" 2>&1 \
+      | tee -a "$OUT/bench.log" | grep -v "it/s" | tail -80
+    $PY -m bench.plot_moe "$OUT/moe.json" > /dev/null 2>&1 || true
   fi
 fi
 stamp "done"

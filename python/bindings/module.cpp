@@ -16,7 +16,9 @@
 #include "hopperkit/decode/plan.h"
 #include "hopperkit/dtype.h"
 #include "hopperkit/error.h"
+#include "hopperkit/moe/moe.h"
 #include "hopperkit/prologue/prologue.h"
+#include "moe/workspace_layout.h"
 
 namespace nb = nanobind;
 using namespace hopperkit;
@@ -436,6 +438,161 @@ void attention_prologue(const Array& qkv, const Array& positions, const Array& c
   prologue::attention_prologue(p);
 }
 
+int64_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermediate, int num_local_experts,
+                            bool block_scaled) {
+  return static_cast<int64_t>(moe::moe_workspace_bytes(
+      max_tokens, top_k, hidden, intermediate, num_local_experts,
+      block_scaled ? moe::MoeScaling::kBlock128 : moe::MoeScaling::kPerTensor));
+}
+
+// Byte offsets of the workspace's buffers for a call of `tokens` tokens (tests read the routing index and the
+// intermediate activations through them).
+nb::dict moe_workspace_layout(int64_t tokens, int top_k, int hidden, int intermediate, int num_local_experts) {
+  const moe::MoeWorkspaceLayout l = moe::moe_workspace_layout(tokens, top_k, hidden, intermediate, num_local_experts);
+  nb::dict d;
+  d["counters"] = l.counters;
+  d["expert_offset"] = l.expert_offset;
+  d["tiles"] = l.tiles;
+  d["sorted_rows"] = l.sorted_rows;
+  d["xq"] = l.xq;
+  d["xq_scale"] = l.xq_scale;
+  d["act"] = l.act;
+  d["act_scale"] = l.act_scale;
+  d["y"] = l.y;
+  d["total_bytes"] = l.total_bytes;
+  return d;
+}
+
+// Scaling scheme from the weight scales' rank: [E] per-tensor, [E, rows / 128, cols / 128] block-wise.
+void fused_moe(const Array& hidden, int64_t hidden_dtype, std::optional<Array> hidden_scale, const Array& topk_ids,
+               const Array& topk_weights, std::optional<Array> expert_map, const Array& w13, const Array& w2,
+               const Array& w13_scale, const Array& w2_scale, std::optional<Array> a13_scale,
+               std::optional<Array> a2_scale, std::optional<Array> shared_output, const Array& out,
+               const Array& workspace, uintptr_t stream) {
+  const DType hd = dtype_from_code(hidden_dtype, "hidden");
+  const TensorDesc tx = desc(hidden, hd), ti = desc(topk_ids), tw = desc(topk_weights),
+                   t13 = desc(w13, DType::kFP8E4M3), t2 = desc(w2, DType::kFP8E4M3), ts13 = desc(w13_scale),
+                   ts2 = desc(w2_scale), to = desc(out), tws = desc(workspace);
+  const int dev = tx.device_id;
+  const char* names[] = {"hidden", "topk_ids", "topk_weights", "w13", "w2", "w13_scale", "w2_scale", "out",
+                         "workspace"};
+  const TensorDesc* all[] = {&tx, &ti, &tw, &t13, &t2, &ts13, &ts2, &to, &tws};
+  for (int i = 0; i < 9; ++i) check::cuda_device(*all[i], names[i], dev);
+  check::dtype(tx, "hidden", hd);
+  check::dtype(ti, "topk_ids", DType::kInt32);
+  check::dtype(tw, "topk_weights", DType::kF32);
+  check::dtype(t13, "w13", DType::kFP8E4M3);
+  check::dtype(t2, "w2", DType::kFP8E4M3);
+  check::dtype(ts13, "w13_scale", DType::kF32);
+  check::dtype(ts2, "w2_scale", DType::kF32);
+  check::dtype(to, "out", DType::kBF16);
+  check::dtype(tws, "workspace", DType::kUInt8);
+  check::rank(tx, "hidden", 2, "[num_tokens, hidden]");
+  check::rank(ti, "topk_ids", 2, "[num_tokens, top_k]");
+  check::rank(tw, "topk_weights", 2, "[num_tokens, top_k]");
+  check::rank(t13, "w13", 3, "[num_local_experts, 2 * intermediate, hidden]");
+  check::rank(t2, "w2", 3, "[num_local_experts, hidden, intermediate]");
+  check::rank(to, "out", 2, "[num_tokens, hidden]");
+  check::rank(tws, "workspace", 1, "[bytes]");
+  const int64_t T = tx.shape[0], H = tx.shape[1], E = t13.shape[0], I2 = t13.shape[1];
+  HK_CHECK(kShape, I2 % 2 == 0, "w13", "[num_local_experts, 2 * intermediate, hidden] (an even row count)",
+           "shape " + shape_str(t13.shape));
+  const int64_t I = I2 / 2;
+  check::extent(t13, "w13", 2, H, "[num_local_experts, 2 * intermediate, hidden]");
+  check::extent(t2, "w2", 0, E, "[num_local_experts, hidden, intermediate]");
+  check::extent(t2, "w2", 1, H, "[num_local_experts, hidden, intermediate]");
+  check::extent(t2, "w2", 2, I, "[num_local_experts, hidden, intermediate]");
+  check::extent(ti, "topk_ids", 0, T, "[num_tokens, top_k]");
+  check::extent(tw, "topk_weights", 0, T, "[num_tokens, top_k]");
+  check::extent(tw, "topk_weights", 1, ti.shape[1], "[num_tokens, top_k] (topk_ids' top_k)");
+  check::extent(to, "out", 0, T, "[num_tokens, hidden]");
+  check::extent(to, "out", 1, H, "[num_tokens, hidden]");
+  check::contiguous(ti, "topk_ids");
+  check::contiguous(tw, "topk_weights");
+  check::contiguous(t13, "w13");
+  check::contiguous(t2, "w2");
+  check::contiguous(ts13, "w13_scale");
+  check::contiguous(ts2, "w2_scale");
+  check::contiguous(tws, "workspace");
+  check::last_dim_contiguous(tx, "hidden");
+  check::last_dim_contiguous(to, "out");
+  const bool block = ts13.ndim() == 3;
+  if (block) {
+    check::extent(ts13, "w13_scale", 0, E, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
+    check::extent(ts13, "w13_scale", 1, I2 / moe::kScaleBlock, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
+    check::extent(ts13, "w13_scale", 2, H / moe::kScaleBlock, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
+    check::rank(ts2, "w2_scale", 3, "[num_local_experts, hidden / 128, intermediate / 128] (block-wise, as w13_scale)");
+    check::extent(ts2, "w2_scale", 0, E, "[num_local_experts, hidden / 128, intermediate / 128]");
+    check::extent(ts2, "w2_scale", 1, H / moe::kScaleBlock, "[num_local_experts, hidden / 128, intermediate / 128]");
+    check::extent(ts2, "w2_scale", 2, I / moe::kScaleBlock, "[num_local_experts, hidden / 128, intermediate / 128]");
+  } else {
+    check::rank(ts13, "w13_scale", 1, "[num_local_experts] (per-tensor) or [E, 2I / 128, hidden / 128] (block-wise)");
+    check::extent(ts13, "w13_scale", 0, E, "[num_local_experts]");
+    check::rank(ts2, "w2_scale", 1, "[num_local_experts] (per-tensor, as w13_scale)");
+    check::extent(ts2, "w2_scale", 0, E, "[num_local_experts]");
+  }
+  moe::MoeParams p;
+  p.scaling = block ? moe::MoeScaling::kBlock128 : moe::MoeScaling::kPerTensor;
+  p.hidden = tx.data;
+  p.hidden_dtype = hd;
+  p.hidden_stride = tx.strides[0];
+  if (hidden_scale) {
+    const TensorDesc t = desc(*hidden_scale);
+    check::cuda_device(t, "hidden_scale", dev);
+    check::dtype(t, "hidden_scale", DType::kF32);
+    check::contiguous(t, "hidden_scale");
+    if (block) {
+      check::rank(t, "hidden_scale", 2, "[num_tokens, hidden / 128]");
+      check::extent(t, "hidden_scale", 0, T, "[num_tokens, hidden / 128]");
+      check::extent(t, "hidden_scale", 1, H / moe::kScaleBlock, "[num_tokens, hidden / 128]");
+      p.hidden_scale = static_cast<const float*>(t.data);
+    } else {
+      p.hidden_scale = scale_ptr(hidden_scale, "hidden_scale", dev);
+    }
+  }
+  p.topk_ids = static_cast<const int32_t*>(ti.data);
+  p.topk_weights = static_cast<const float*>(tw.data);
+  p.top_k = static_cast<int>(ti.shape[1]);
+  p.num_global_experts = static_cast<int>(E);
+  if (expert_map) {
+    const TensorDesc t = desc(*expert_map);
+    check::cuda_device(t, "expert_map", dev);
+    check::dtype(t, "expert_map", DType::kInt32);
+    check::rank(t, "expert_map", 1, "[num_global_experts]");
+    check::contiguous(t, "expert_map");
+    p.expert_map = static_cast<const int32_t*>(t.data);
+    p.num_global_experts = static_cast<int>(t.shape[0]);
+  }
+  p.w13 = t13.data;
+  p.w2 = t2.data;
+  p.w13_scale = static_cast<const float*>(ts13.data);
+  p.w2_scale = static_cast<const float*>(ts2.data);
+  p.a13_scale = scale_ptr(a13_scale, "a13_scale", dev);
+  p.a2_scale = scale_ptr(a2_scale, "a2_scale", dev);
+  if (shared_output) {
+    const TensorDesc t = desc(*shared_output);
+    check::cuda_device(t, "shared_output", dev);
+    check::dtype(t, "shared_output", DType::kBF16);
+    check::rank(t, "shared_output", 2, "[num_tokens, hidden]");
+    check::extent(t, "shared_output", 0, T, "[num_tokens, hidden]");
+    check::extent(t, "shared_output", 1, H, "[num_tokens, hidden]");
+    check::last_dim_contiguous(t, "shared_output");
+    p.shared_output = t.data;
+    p.shared_stride = t.strides[0];
+  }
+  p.out = const_cast<void*>(to.data);
+  p.out_stride = to.strides[0];
+  p.workspace = const_cast<void*>(tws.data);
+  p.workspace_bytes = static_cast<size_t>(tws.shape[0]);
+  HK_CHECK(kValue, T <= moe::kMaxTokens, "hidden", "at most " + std::to_string(moe::kMaxTokens) + " tokens", T);
+  p.num_tokens = static_cast<int>(T);
+  p.hidden_size = static_cast<int>(H);
+  p.intermediate = static_cast<int>(I);
+  p.num_local_experts = static_cast<int>(E);
+  p.stream = stream_of(stream);
+  moe::fused_moe(p);
+}
+
 nb::dict build_info() {
   nb::dict d;
   d["version"] = HOPPERKIT_VERSION;
@@ -464,6 +621,9 @@ NB_MODULE(_C, m) {
         nb::arg("workspace"), nb::arg("out"), nb::arg("lse").none(), nb::arg("cfg"), nb::arg("max_q_len"),
         nb::arg("softmax_scale"), nb::arg("stream"));
   m.def("attention_prologue", guarded(&attention_prologue));
+  m.def("moe_workspace_bytes", guarded(&moe_workspace_bytes));
+  m.def("fused_moe", guarded(&fused_moe));
+  m.def("moe_workspace_layout", guarded(&moe_workspace_layout));
   m.attr("DTYPE_BF16") = static_cast<int>(DType::kBF16);
   m.attr("DTYPE_FP8E4M3") = static_cast<int>(DType::kFP8E4M3);
   m.attr("PLAN_ERROR_SEQ_LEN_CLAMPED") = static_cast<int>(decode::kPlanErrorSeqLenClamped);

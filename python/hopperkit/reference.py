@@ -121,3 +121,77 @@ def attention_prologue_reference(qkv: torch.Tensor, positions: torch.Tensor, cos
         return rope(norm(t, w)) if norm_before_rope else norm(rope(t), w)
 
     return apply(q, q_norm_weight), apply(k, k_norm_weight), v.clone()
+
+
+_FP8_MAX = 448.0
+_MIN_AMAX = 1e-10
+
+
+def fp8_quantize_reference(x: torch.Tensor, scale=None, group: int = 128):
+    """FP8 e4m3 codes of x (float32) as hopperkit's kernels form them (saturating).
+
+    ``scale`` given (per-tensor, static): codes = x / scale. ``scale=None``: dynamic groups of ``group``
+    columns along the last dim, scale = max(amax, 1e-10) / 448. Returns (codes float8_e4m3fn, scales float32:
+    the given one, or [..., cols / group])."""
+    x = x.to(torch.float32)
+    if scale is None:
+        g = x.unflatten(-1, (x.shape[-1] // group, group))
+        amax = g.abs().amax(-1).clamp_min(_MIN_AMAX)
+        # amax / 448 as an IEEE division, as the kernels compute it: torch turns a division by a Python
+        # number into a multiplication by its reciprocal, which differs in the last bit, and with bf16
+        # inputs many x / scale land exactly on an FP8 rounding midpoint, where that bit decides the code.
+        s = amax / torch.full_like(amax, _FP8_MAX)
+        q = (g / s.unsqueeze(-1)).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn).flatten(-2)
+        return q, s
+    q = (x / scale).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def _dequant_blocks(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """[N, K] fp8 with [N / 128, K / 128] block scales -> float32."""
+    return w.to(torch.float32) * s.repeat_interleave(128, 0).repeat_interleave(128, 1)
+
+
+def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                        w13: torch.Tensor, w2: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor, *,
+                        a13_scale: Optional[torch.Tensor] = None, a2_scale: Optional[torch.Tensor] = None,
+                        hidden_scale: Optional[torch.Tensor] = None, expert_map: Optional[torch.Tensor] = None,
+                        shared_output: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """float32 reference of hopperkit.fused_moe: dequantises the same FP8 weights and applies the same activation
+    quantisation (input, and SiLU(gate) * up before the down projection) at the same points, with the
+    per-row down-projection results rounded to bf16 as the kernel stores them; everything else in float32.
+    Returns float32 [T, H]."""
+    block = w13_scale.dim() == 3
+    T, H = hidden.shape
+    E, I2, _ = w13.shape
+    I = I2 // 2
+    if hidden.dtype == torch.float8_e4m3fn:
+        xq = hidden
+        xs = hidden_scale
+    else:
+        xq, xs = fp8_quantize_reference(hidden.float(), None if block else a13_scale.float())
+    x = xq.to(torch.float32)
+    x = x * xs.repeat_interleave(128, -1) if block else x * xs.float()
+    ids = topk_ids.long()
+    n_global = expert_map.shape[0] if expert_map is not None else E
+    valid = (ids >= 0) & (ids < n_global)
+    local = torch.where(valid, ids, torch.zeros_like(ids))
+    if expert_map is not None:
+        local = expert_map.long()[local]
+    local = torch.where(valid & (local >= 0) & (local < E), local, torch.full_like(local, -1))
+    out = torch.zeros(T, H, dtype=torch.float32, device=hidden.device)
+    for e in torch.unique(local[local >= 0]).tolist():
+        tok, kk = torch.nonzero(local == e, as_tuple=True)
+        if block:
+            w13e, w2e = _dequant_blocks(w13[e], w13_scale[e]), _dequant_blocks(w2[e], w2_scale[e])
+        else:
+            w13e, w2e = w13[e].to(torch.float32) * w13_scale[e], w2[e].to(torch.float32) * w2_scale[e]
+        gu = x[tok] @ w13e.T
+        h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
+        hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
+        hd = hq.to(torch.float32) * (hs.repeat_interleave(128, -1) if block else hs)
+        y = (hd @ w2e.T).to(torch.bfloat16).to(torch.float32)
+        out.index_add_(0, tok, y * topk_weights[tok, kk].unsqueeze(1).float())
+    if shared_output is not None:
+        out += shared_output.float()
+    return out

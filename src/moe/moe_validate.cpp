@@ -64,7 +64,8 @@ void validate_moe(const MoeParams& p) {
            "row stride " + std::to_string(p.out_stride));
   HK_CHECK(kStride, p.out_stride >= p.hidden_size || p.num_tokens == 1, "out",
            "a row stride >= hidden (" + std::to_string(p.hidden_size) + ")", p.out_stride);
-  HK_CHECK(kAlignment, aligned16(p.shared_output), "shared_output", "a 16-byte aligned pointer", "a misaligned pointer");
+  HK_CHECK(kAlignment, aligned16(p.shared_output) && (p.shared_stride * 2) % 16 == 0, "shared_output",
+           "a 16-byte aligned pointer and row stride", "row stride " + std::to_string(p.shared_stride));
 }
 
 }  // namespace moe

@@ -18,9 +18,11 @@ using namespace hopperkit::moe;
 TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(4, 8, 192), 16);      // decode: a fraction of a row per expert
   EXPECT_EQ(block_m(256, 8, 128), 16);    // 16 rows per expert
-  EXPECT_EQ(block_m(512, 8, 128), 32);
+  EXPECT_EQ(block_m(257, 8, 128), 64);    // just above 16 rows per expert
   EXPECT_EQ(block_m(1024, 8, 128), 64);
-  EXPECT_EQ(block_m(16384, 8, 256), 128);
+  EXPECT_EQ(block_m(16384, 8, 256), 64);
+  EXPECT_EQ(gate_up_tile_n(false), 128);
+  EXPECT_EQ(gate_up_tile_n(true), 256);  // one tile holds a whole 128-column activation group (gate + up rows)
   EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
 }

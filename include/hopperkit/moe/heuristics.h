@@ -23,12 +23,20 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
   return num_global_experts > 0 ? (num_tokens * top_k + num_global_experts - 1) / num_global_experts : 0;
 }
 
-// GEMM tile height (rows of one expert per tile): decode (a few rows per expert) uses short tiles so the
-// weights, not padding rows, dominate; prefill uses tall tiles for reuse. 16 / 32 / 64 / 128.
+// GEMM tile height (rows of one expert per tile), one of kBlockMs: decode (a few rows per expert) uses short
+// tiles so that the weights, not padding rows, dominate; everything above 16 rows per expert uses 64-row tiles
+// (8 warps, 2 x 4), whose MMA work per weight byte is 4x higher.
+constexpr int kBlockMs[] = {16, 64};
 HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
-  const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
-  return r <= 16 ? 16 : r <= 32 ? 32 : r <= 64 ? 64 : 128;
+  return mean_rows_per_expert(num_tokens, top_k, num_global_experts) <= 16 ? 16 : 64;
 }
+
+// Weight rows one GEMM tile covers (the N extent). Gate-up tiles hold matching gate and up rows (half each) so
+// that SiLU(gate) * up is formed in registers; block-wise scaling needs all 128 columns of an activation
+// quantisation group in one tile, hence 256 rows there.
+HK_MOE_HD int gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
+constexpr int kDownTileN = 128;
+constexpr int kTileK = 128;  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
 // Upper bound of the tiles of one routing: every expert's last tile may be partial.
 HK_MOE_HD int64_t max_tiles(int64_t num_tokens, int top_k, int num_local_experts, int bm) {

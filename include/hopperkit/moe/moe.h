@@ -1,5 +1,10 @@
-// hopperkit fused FP8 MoE: the op's parameters and their validation (the kernels are not written yet:
-// see docs/NOTES.md). Everything here is host code, tested on the CPU.
+// hopperkit fused FP8 MoE: the op's parameters, its workspace and its launcher.
+//
+// One call runs four kernels on `stream`, chained by Programmatic Dependent Launch, with no host
+// synchronisation (CUDA-graph capturable): (1) routing index build + quantisation of a bf16 input,
+// (2) gate-up GEMM reading token rows through the index, SiLU(gate) * up and FP8 quantisation in its epilogue,
+// (3) down GEMM, (4) top-k weighted reduce in token order (+ an optional shared-expert output). Results are
+// bitwise identical from run to run: every output element is summed in a fixed order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,8 +39,11 @@ struct MoeParams {
   const float* a2_scale = nullptr;     // per-tensor only: [1] static scale of the down input
   MoeScaling scaling = MoeScaling::kPerTensor;
   const void* shared_output = nullptr; // [num_tokens, hidden] bf16, added to the result; optional
+  int64_t shared_stride = 0;
   void* out = nullptr;                 // [num_tokens, hidden] bf16
   int64_t out_stride = 0;
+  void* workspace = nullptr;           // moe_workspace_bytes(...) bytes, 256-byte aligned; any contents
+  size_t workspace_bytes = 0;
   int num_tokens = 0;
   int hidden_size = 0;
   int intermediate = 0;                // per expert, after tensor-parallel sharding
@@ -47,6 +55,16 @@ struct MoeParams {
 
 // Throws hopperkit::Error for any unsupported or inconsistent argument.
 void validate_moe(const MoeParams& params);
+
+// Workspace bytes for calls with up to max_tokens tokens (routing index, quantised activations, per-row
+// down-projection results). Sized once, up front; a call never allocates.
+size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermediate, int num_local_experts,
+                           MoeScaling scaling);
+
+// Validates, then launches the fused MoE on params.stream. Throws hopperkit::Error (nothing launched) on bad
+// input. Rows routed to experts that are not local (expert_map -1, or ids outside [0, num_global_experts))
+// contribute nothing.
+void fused_moe(const MoeParams& params);
 
 }  // namespace moe
 }  // namespace hopperkit

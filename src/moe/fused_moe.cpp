@@ -1,0 +1,89 @@
+// hopperkit fused FP8 MoE: the host launcher (workspace carving, tile-height choice, four PDL-chained launches).
+#include <string>
+
+#include "hopperkit/error.h"
+#include "hopperkit/moe/moe.h"
+#include "moe/launch.h"
+#include "moe/workspace_layout.h"
+
+namespace hopperkit {
+namespace moe {
+
+size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermediate, int num_local_experts,
+                           MoeScaling scaling) {
+  HK_CHECK(kValue, max_tokens >= 0 && max_tokens <= kMaxTokens, "max_tokens", "0.." + std::to_string(kMaxTokens),
+           max_tokens);
+  HK_CHECK(kValue, top_k >= 1 && top_k <= kMaxTopK, "top_k", "1.." + std::to_string(kMaxTopK), top_k);
+  HK_CHECK(kValue, hidden > 0 && intermediate > 0, "hidden / intermediate", "> 0",
+           std::to_string(hidden) + " / " + std::to_string(intermediate));
+  HK_CHECK(kValue, num_local_experts >= 1 && num_local_experts <= kMaxExperts, "num_local_experts",
+           "1.." + std::to_string(kMaxExperts), num_local_experts);
+  (void)scaling;  // the layout reserves scale space for both schemes
+  return moe_workspace_layout(max_tokens, top_k, hidden, intermediate, num_local_experts).total_bytes;
+}
+
+void fused_moe(const MoeParams& p) {
+  validate_moe(p);
+  if (p.num_tokens == 0) return;
+  const MoeWorkspaceLayout l =
+      moe_workspace_layout(p.num_tokens, p.top_k, p.hidden_size, p.intermediate, p.num_local_experts);
+  HK_CHECK(kShape, p.workspace != nullptr && p.workspace_bytes >= l.total_bytes, "workspace",
+           "at least " + std::to_string(l.total_bytes) + " bytes (moe_workspace_bytes)",
+           std::to_string(p.workspace ? p.workspace_bytes : 0) + " bytes");
+  HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(p.workspace) % 256 == 0, "workspace", "a 256-byte aligned pointer",
+           "address offset " + std::to_string(reinterpret_cast<uintptr_t>(p.workspace) % 256));
+  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
+  const bool block = p.scaling == MoeScaling::kBlock128;
+  const bool quantise = p.hidden_dtype == DType::kBF16;
+
+  MoeKernelArgs a{};
+  if (quantise) {
+    a.hidden = static_cast<const uint16_t*>(p.hidden);
+    a.hidden_stride = p.hidden_stride;
+    a.a_in = ws + l.xq;
+    a.a_in_stride = p.hidden_size;
+    a.a_in_scale = block ? reinterpret_cast<const float*>(ws + l.xq_scale) : p.a13_scale;
+  } else {
+    a.a_in = static_cast<const uint8_t*>(p.hidden);
+    a.a_in_stride = p.hidden_stride;
+    a.a_in_scale = p.hidden_scale;
+  }
+  a.a13_scale = p.a13_scale;
+  a.topk_ids = p.topk_ids;
+  a.topk_weights = p.topk_weights;
+  a.expert_map = p.expert_map;
+  a.w13 = static_cast<const uint8_t*>(p.w13);
+  a.w2 = static_cast<const uint8_t*>(p.w2);
+  a.w13_scale = p.w13_scale;
+  a.w2_scale = p.w2_scale;
+  a.a2_scale = p.a2_scale;
+  a.shared_output = static_cast<const uint16_t*>(p.shared_output);
+  a.shared_stride = p.shared_stride;
+  a.out = static_cast<uint16_t*>(p.out);
+  a.out_stride = p.out_stride;
+  a.num_tokens = p.num_tokens;
+  a.hidden_size = p.hidden_size;
+  a.intermediate = p.intermediate;
+  a.num_local_experts = p.num_local_experts;
+  a.num_global_experts = p.num_global_experts;
+  a.top_k = p.top_k;
+  a.block_m = block_m(p.num_tokens, p.top_k, p.num_global_experts);
+  a.block_scaled = block ? 1 : 0;
+  a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
+  a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);
+  a.tiles = reinterpret_cast<int4*>(ws + l.tiles);
+  a.sorted_rows = reinterpret_cast<int32_t*>(ws + l.sorted_rows);
+  a.xq = ws + l.xq;
+  a.xq_scale = reinterpret_cast<float*>(ws + l.xq_scale);
+  a.act = ws + l.act;
+  a.act_scale = reinterpret_cast<float*>(ws + l.act_scale);
+  a.y = reinterpret_cast<uint16_t*>(ws + l.y);
+
+  launch_moe_prep(a, p.stream);
+  launch_moe_gate_up(a, p.stream);
+  launch_moe_down(a, p.stream);
+  launch_moe_reduce(a, p.stream);
+}
+
+}  // namespace moe
+}  // namespace hopperkit

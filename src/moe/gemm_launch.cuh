@@ -1,0 +1,51 @@
+// hopperkit fused FP8 MoE: launching one grouped-GEMM variant as a persistent, PDL-chained grid.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "hopperkit/error.h"
+#include "moe/grouped_gemm.cuh"
+
+namespace hopperkit {
+namespace moe {
+
+constexpr int kMaxDevices = 64;
+
+// Grid: the resident CTAs of this variant (measured occupancy x SMs), at most the task-count bound.
+template <int BM, int BN, bool kGateUp, bool kBlock>
+void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t stream) {
+  using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
+  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
+  static int resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
+  int dev = 0;
+  HK_CUDA_CHECK(cudaGetDevice(&dev));
+  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  if (resident[dev] == 0) {
+    HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    int per_sm = 0, sms = 0;
+    HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    HK_CHECK(kUnsupported, per_sm >= 1, "moe gemm", "at least one resident CTA per SM", per_sm);
+    resident[dev] = per_sm * sms;
+  }
+  const int64_t grid = max_tasks < resident[dev] ? (max_tasks > 0 ? max_tasks : 1) : resident[dev];
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(Cfg::kThreads);
+  cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // PDL: set-up overlaps the previous tail
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+}
+
+// Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.
+inline int64_t moe_max_tasks(const MoeKernelArgs& a, int cols_per_task, int n) {
+  return max_tiles(a.num_tokens, a.top_k, a.num_local_experts, a.block_m) * ((n + cols_per_task - 1) / cols_per_task);
+}
+
+}  // namespace moe
+}  // namespace hopperkit

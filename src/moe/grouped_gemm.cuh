@@ -1,0 +1,315 @@
+// hopperkit fused FP8 MoE: the grouped GEMM both projections use (kernels 2 and 3).
+//
+// A persistent grid drains the task list (tile of one expert's rows) x (block of weight rows); which tiles
+// exist is known only on the device (kernel 1 wrote them), so every CTA reads the tile count and strides over
+// the tasks, tile fastest: CTAs running at the same time share a weight block, which stays in L2 when an
+// expert has several tiles.
+//
+// Per task: a cp.async ring of kStages stages, each K = 128 bytes of the A rows (gathered through the routing
+// index: no gather copy) and of the weight rows, 128-byte rows XOR-swizzled in 16-byte chunks so that ldmatrix
+// is conflict-free; mma.sync m16n8k32 e4m3 with fp32 accumulators. Block-wise scaling accumulates each
+// 128-deep K block separately and adds it scaled by (activation group scale x weight block scale).
+//
+// Gate-up (kGateUp): a tile's weight rows are the gate rows and the matching up rows of BN / 2 intermediate
+// columns, arranged so that each warp holds gate and up of the same columns; the epilogue forms
+// SiLU(gate) * up and stores it as FP8 (per-tensor: / a2_scale; block: per row and 128-column group,
+// scale = amax / 448, the whole group being in this tile). Down: the epilogue stores bf16 results at the row's
+// id (token * top_k + k) for the reduce.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "common/ptx.cuh"
+#include "hopperkit/moe/heuristics.h"
+#include "moe/kernel_args.h"
+
+namespace hopperkit {
+namespace moe {
+
+using namespace ptx;
+
+constexpr float kActFp8Max = 448.f;
+constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-zero group stays finite
+
+template <int BM, int BN, bool kGateUp, bool kBlock>
+struct MoeGemmConfig {
+  static_assert(BM == 16 || BM == 64, "block_m");
+  static constexpr int kWarpsM = BM == 16 ? 1 : 2;
+  static constexpr int kWarpsN = 4;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWM = BM / kWarpsM;  // rows per warp
+  static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
+  static constexpr int kMT = kWM / 16;
+  static constexpr int kNT = kWN / 8;
+  static_assert(kNT % 2 == 0, "n8 blocks come in pairs (one ldmatrix.x4)");
+  static constexpr int kBK = kTileK;
+  static constexpr int kStageBytes = (BM + BN) * kBK;
+  // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring.
+  static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : 200 * 1024;
+  static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
+  static_assert(kStages >= 3, "ring depth");
+  static constexpr int kScaleFloats = BM + 2;  // per stage: activation scale per row, weight scale(s)
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4;
+  static constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per stage
+  static constexpr int kBChunks = BN * 8 / kThreads;
+  static_assert(kAChunks >= 1 && kBChunks >= 1, "chunks");
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a 128-byte-row swizzled tile.
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+template <int BM, int BN, bool kGateUp, bool kBlock>
+__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
+    moe_gemm_kernel(const MoeKernelArgs a) {
+  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  float* s_scale = reinterpret_cast<float*>(smem + C::kStages * C::kStageBytes);  // [kStages][kScaleFloats]
+  unsigned* s_amax = reinterpret_cast<unsigned*>(s_scale + C::kStages * C::kScaleFloats);  // [BM]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int ch = tid & 7;  // every chunk this thread copies is chunk `ch` of its row
+
+  const int H = a.hidden_size, I = a.intermediate;
+  const int K = kGateUp ? H : I;
+  const int N = kGateUp ? I : H;                 // output columns
+  const int cols_per_task = kGateUp ? BN / 2 : BN;
+  const int n_blocks = (N + cols_per_task - 1) / cols_per_task;
+  const int nk = (K + C::kBK - 1) / C::kBK;
+  const int kb_per_row = K / kScaleBlock;        // block-wise: activation / weight scale groups along K
+
+  grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
+  launch_dependents();
+  const int num_tiles = a.counters[0];
+  const int tasks = num_tiles * n_blocks;
+
+  for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const int4 tile = a.tiles[task % num_tiles];
+    const int nb = task / num_tiles;
+    const int e = tile.x, row_begin = tile.y, rows = tile.z;
+    const int n0 = nb * cols_per_task;
+
+    // ---- per-task source pointers
+    const uint8_t* a_src[C::kAChunks];
+    int a_ok[C::kAChunks];
+#pragma unroll
+    for (int i = 0; i < C::kAChunks; ++i) {
+      const int r = (tid >> 3) + i * (C::kThreads / 8);
+      a_ok[i] = r < rows;
+      const int slot = row_begin + (a_ok[i] ? r : 0);
+      a_src[i] = kGateUp ? a.a_in + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * a.a_in_stride
+                         : a.act + static_cast<int64_t>(slot) * I;
+    }
+    const uint8_t* w_base = kGateUp ? a.w13 + static_cast<int64_t>(e) * 2 * I * H : a.w2 + static_cast<int64_t>(e) * H * I;
+    const float* scale_src = nullptr;  // block-wise: this thread's scale row (threads < BM + 2)
+    int scale_ok = 0;
+    if (kBlock) {
+      if (tid < BM) {
+        scale_ok = tid < rows;
+        const int slot = row_begin + (scale_ok ? tid : 0);
+        scale_src = kGateUp ? a.a_in_scale + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * kb_per_row
+                            : a.act_scale + static_cast<int64_t>(slot) * kb_per_row;
+      } else if (tid < BM + 2) {
+        scale_ok = 1;
+        const int wrow = kGateUp ? (tid == BM ? n0 : I + n0) : n0;  // the 128-row weight block's first row
+        const int nbk = (kGateUp ? 2 * I : H) / kScaleBlock;
+        scale_src = (kGateUp ? a.w13_scale : a.w2_scale) +
+                    (static_cast<int64_t>(e) * nbk + wrow / kScaleBlock) * kb_per_row;
+      }
+      if (tid < BM) s_amax[tid] = 0u;
+    }
+
+    auto load_stage = [&](int slot, int kt) {
+      uint8_t* sa = smem + slot * C::kStageBytes;
+      uint8_t* sb = sa + BM * C::kBK;
+      const int k = kt * C::kBK + ch * 16;
+      const int kbytes = k < K ? 16 : 0;
+#pragma unroll
+      for (int i = 0; i < C::kAChunks; ++i) {
+        const int r = (tid >> 3) + i * (C::kThreads / 8);
+        const int ok = a_ok[i] && kbytes;
+        cp_async_16_zfill(sa + swz(r, ch), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
+      }
+#pragma unroll
+      for (int i = 0; i < C::kBChunks; ++i) {
+        const int r = (tid >> 3) + i * (C::kThreads / 8);
+        int wrow;
+        if (kGateUp) {  // warp column group wn: kWN / 2 gate rows, then the matching up rows
+          const int grp = r / C::kWN, w = r % C::kWN, half = w / (C::kWN / 2);
+          wrow = (half ? I : 0) + n0 + grp * (C::kWN / 2) + w % (C::kWN / 2);
+        } else {
+          wrow = n0 + r;
+        }
+        const int ok = kbytes && (kGateUp || wrow < H);
+        cp_async_16_zfill(sb + swz(r, ch), ok ? w_base + static_cast<int64_t>(wrow) * K + k : a.w13, ok ? 16 : 0);
+      }
+      if (kBlock && scale_src != nullptr) {
+        cp_async_4_zfill(s_scale + slot * C::kScaleFloats + tid, scale_ok ? scale_src + kt : a.w13_scale,
+                         scale_ok ? 4 : 0);
+      }
+    };
+
+    float acc[C::kMT][C::kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < C::kStages - 1; ++s) {
+      if (s < nk) load_stage(s, s);
+      cp_async_commit();
+    }
+
+    for (int kt = 0; kt < nk; ++kt) {
+      cp_async_wait<C::kStages - 2>();
+      __syncthreads();
+      {
+        const int nxt = kt + C::kStages - 1;
+        if (nxt < nk) load_stage(nxt % C::kStages, nxt);
+        cp_async_commit();
+      }
+      const int slot = kt % C::kStages;
+      const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
+      const uint32_t sb = sa + BM * C::kBK;
+      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4]) {
+#pragma unroll
+        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+          uint32_t af[C::kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < C::kMT; ++mt) {
+            const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+          }
+#pragma unroll
+          for (int np = 0; np < C::kNT / 2; ++np) {
+            const int r = wn * C::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
+            uint32_t b0, b1, b2, b3;
+            ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < C::kMT; ++mt) {
+              mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
+              mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
+            }
+          }
+        }
+      };
+      if constexpr (!kBlock) {
+        mma_stage(acc);
+      } else {
+        float part[C::kMT][C::kNT][4];
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
+        mma_stage(part);
+        const float* sc = s_scale + slot * C::kScaleFloats;
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt) {
+          const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt) {
+            const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
+            acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
+            acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
+            acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
+            acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+
+    // ---- epilogue
+    float out_scale = 1.f;
+    if (!kBlock) {
+      out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + e) : __ldg(a.a2_scale) * __ldg(a.w2_scale + e);
+    }
+    if (kGateUp) {
+      constexpr int kHalf = C::kNT / 2;
+      const float a2 = kBlock ? 1.f : __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
+      float h[C::kMT][kHalf][4];
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kHalf; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) h[mt][nt][i] = silu(acc[mt][nt][i] * out_scale) * (acc[mt][nt + kHalf][i] * out_scale);
+      float row_scale[C::kMT][2];
+      if (kBlock) {  // amax per row over this tile's 128 columns: quad, then the kWarpsN warps via shared memory
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            float m = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kHalf; ++nt) m = fmaxf(m, fmaxf(fabsf(h[mt][nt][2 * hh]), fabsf(h[mt][nt][2 * hh + 1])));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            if (t4 == 0) atomicMax(&s_amax[wm * C::kWM + mt * 16 + g + hh * 8], __float_as_uint(m));
+          }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+            row_scale[mt][hh] = fmaxf(__uint_as_float(s_amax[r]), kActMinAmax) / kActFp8Max;
+            if (wn == 0 && t4 == 0 && r < rows) {
+              a.act_scale[static_cast<int64_t>(row_begin + r) * (I / kScaleBlock) + n0 / kScaleBlock] = row_scale[mt][hh];
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+          if (r >= rows) continue;
+          const float sc = kBlock ? row_scale[mt][hh] : a2;
+          uint8_t* dst_row = a.act + static_cast<int64_t>(row_begin + r) * I + n0 + wn * (C::kWN / 2) + 2 * t4;
+#pragma unroll
+          for (int nt = 0; nt < kHalf; ++nt) {
+            const __nv_fp8x2_storage_t q = __nv_cvt_float2_to_fp8x2(
+                make_float2(h[mt][nt][2 * hh] / sc, h[mt][nt][2 * hh + 1] / sc), __NV_SATFINITE, __NV_E4M3);
+            *reinterpret_cast<__nv_fp8x2_storage_t*>(dst_row + nt * 8) = q;
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+          if (r >= rows) continue;
+          const int64_t row_id = a.sorted_rows[row_begin + r];
+          uint16_t* dst_row = a.y + row_id * H;
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt) {
+            const int n = n0 + wn * C::kWN + nt * 8 + 2 * t4;
+            if (n < H) {
+              *reinterpret_cast<uint32_t*>(dst_row + n) =
+                  pack_bf16x2(acc[mt][nt][2 * hh] * out_scale, acc[mt][nt][2 * hh + 1] * out_scale);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next task's ring and amax reuse shared memory
+  }
+}
+
+}  // namespace moe
+}  // namespace hopperkit

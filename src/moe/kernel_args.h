@@ -1,0 +1,57 @@
+// hopperkit fused FP8 MoE: the arguments every kernel of the pipeline receives (plain device pointers).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hopperkit {
+namespace moe {
+
+struct MoeKernelArgs {
+  // ---- inputs
+  const uint8_t* a_in;        // gate-up input rows: [num_tokens, hidden] fp8 (the caller's, or xq below)
+  int64_t a_in_stride;        // elements (= bytes)
+  const float* a_in_scale;    // per-tensor: [1]; block: [num_tokens, hidden / 128]
+  const uint16_t* hidden;     // [num_tokens, hidden] bf16 when the input is quantised here, else null
+  int64_t hidden_stride;
+  const float* a13_scale;     // per-tensor static scale of the gate-up input [1] (bf16 input only)
+  const int32_t* topk_ids;    // [num_tokens, top_k]
+  const float* topk_weights;  // [num_tokens, top_k]
+  const int32_t* expert_map;  // [num_global_experts] or null
+  const uint8_t* w13;         // [E, 2I, H] fp8
+  const uint8_t* w2;          // [E, H, I] fp8
+  const float* w13_scale;     // per-tensor [E]; block [E, 2I / 128, H / 128]
+  const float* w2_scale;      // per-tensor [E]; block [E, H / 128, I / 128]
+  const float* a2_scale;      // per-tensor static scale of the down input [1]
+  const uint16_t* shared_output;  // [num_tokens, hidden] bf16 or null
+  int64_t shared_stride;
+  uint16_t* out;              // [num_tokens, hidden] bf16
+  int64_t out_stride;
+  // ---- sizes
+  int num_tokens, hidden_size, intermediate, num_local_experts, num_global_experts, top_k;
+  int block_m;                // 16 or 64
+  int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
+  // ---- workspace (see workspace_layout.h)
+  int32_t* counters;          // [0] num_tiles, [1] dropped rows
+  int32_t* expert_offset;     // [E + 1]
+  int4* tiles;                // {expert, row_begin, rows, 0}
+  int32_t* sorted_rows;
+  uint8_t* xq;
+  float* xq_scale;
+  uint8_t* act;
+  float* act_scale;
+  uint16_t* y;
+};
+
+#if defined(__CUDACC__)
+// Local expert of a global id, or -1 (the one rule the index build and the reduce share).
+__device__ __forceinline__ int moe_local_expert(const MoeKernelArgs& a, int g) {
+  if (g < 0 || g >= a.num_global_experts) return -1;
+  const int e = a.expert_map ? a.expert_map[g] : g;
+  return e >= 0 && e < a.num_local_experts ? e : -1;
+}
+#endif
+
+}  // namespace moe
+}  // namespace hopperkit

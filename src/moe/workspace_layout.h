@@ -1,0 +1,51 @@
+// hopperkit fused FP8 MoE: where each buffer lives in the caller's workspace. Shared by the size query and the
+// launcher so that the two never disagree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hopperkit/moe/heuristics.h"
+
+namespace hopperkit {
+namespace moe {
+
+struct MoeWorkspaceLayout {
+  size_t counters = 0;       // int32 [4]: num_tiles, dropped rows, (reserved)
+  size_t expert_offset = 0;  // int32 [num_local_experts + 1]
+  size_t tiles = 0;          // int4  [max_tiles(bm = 16)]: expert, row_begin, rows, -
+  size_t sorted_rows = 0;    // int32 [num_tokens * top_k]: row ids (token * top_k + k) grouped by expert
+  size_t xq = 0;             // fp8   [num_tokens, hidden]: the quantised bf16 input
+  size_t xq_scale = 0;       // fp32  [num_tokens, hidden / 128] (block-wise scaling)
+  size_t act = 0;            // fp8   [num_tokens * top_k, intermediate]: SiLU(gate) * up, by sorted position
+  size_t act_scale = 0;      // fp32  [num_tokens * top_k, intermediate / 128] (block-wise scaling)
+  size_t y = 0;              // bf16  [num_tokens * top_k, hidden]: down-projection result per row id
+  size_t total_bytes = 0;
+};
+
+inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hidden, int intermediate,
+                                               int num_local_experts) {
+  auto up = [](size_t v) { return (v + 255) / 256 * 256; };
+  const size_t rows = static_cast<size_t>(tokens) * top_k;
+  MoeWorkspaceLayout l;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at += up(bytes);
+    return here;
+  };
+  l.counters = take(4 * sizeof(int32_t));
+  l.expert_offset = take((num_local_experts + 1) * sizeof(int32_t));
+  l.tiles = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 16)) * 4 * sizeof(int32_t));
+  l.sorted_rows = take(rows * sizeof(int32_t));
+  l.xq = take(static_cast<size_t>(tokens) * hidden);
+  l.xq_scale = take(static_cast<size_t>(tokens) * (hidden / kScaleBlock + 1) * sizeof(float));
+  l.act = take(rows * intermediate);
+  l.act_scale = take(rows * (intermediate / kScaleBlock + 1) * sizeof(float));
+  l.y = take(rows * hidden * 2);
+  l.total_bytes = at;
+  return l;
+}
+
+}  // namespace moe
+}  // namespace hopperkit
