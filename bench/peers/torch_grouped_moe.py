@@ -37,14 +37,19 @@ from bench.common import Skip
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
+MIN_AMAX = 1e-10
 PAD = 16
 BLOCK = 128
 STATIC_SCALE_HEADROOM = 1.25          # static activation scale = headroom * calibrated amax / 448
 
 
 # ------------------------------------------------------------------------------------------ quantisation
+# Every division below is by a tensor: CUDA turns a division by a Python number into a multiplication by its
+# reciprocal, which can differ in the last bit, and an x / scale on an e4m3 rounding midpoint then changes code.
 def quantize(x: torch.Tensor, scale) -> torch.Tensor:
-    """x / scale in float32, saturated to +-448, cast to e4m3 (scale: a float or a one-element tensor)."""
+    """x / scale in float32, saturated to +-448, cast to e4m3 (scale: a float or a tensor that broadcasts)."""
+    if not isinstance(scale, torch.Tensor):
+        scale = torch.tensor(scale, dtype=torch.float32, device=x.device)
     return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
 
 
@@ -56,8 +61,9 @@ def quant_dequant(x: torch.Tensor, scale: float) -> torch.Tensor:
 def quant_dequant_groups(x: torch.Tensor, group: int = BLOCK) -> torch.Tensor:
     """Dynamic 1 x group quantisation of a [M, K] tensor (scale = group amax / 448), dequantised, float32."""
     g = x.float().unflatten(-1, (-1, group))
-    scale = g.abs().amax(-1, keepdim=True).clamp_min(1e-12) / FP8_MAX
-    return ((g / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8).float() * scale).flatten(-2)
+    amax = g.abs().amax(-1, keepdim=True).clamp_min(MIN_AMAX)
+    scale = amax / torch.full_like(amax, FP8_MAX)
+    return (quantize(g, scale).float() * scale).flatten(-2)
 
 
 def dequant_weight(w: torch.Tensor, scale: torch.Tensor, block: bool) -> torch.Tensor:

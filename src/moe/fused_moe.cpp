@@ -1,4 +1,5 @@
 // hopperkit fused FP8 MoE: the host launcher (workspace carving, tile-height choice, four PDL-chained launches).
+#include <cstdlib>
 #include <string>
 
 #include "hopperkit/error.h"
@@ -78,11 +79,21 @@ void fused_moe(const MoeParams& p) {
   a.act = ws + l.act;
   a.act_scale = reinterpret_cast<float*>(ws + l.act_scale);
   a.y = reinterpret_cast<uint16_t*>(ws + l.y);
+  a.split_counters = reinterpret_cast<int32_t*>(ws + l.split_counters);
+  a.split_partials = reinterpret_cast<float*>(ws + l.split_partials);
 
+  // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four kernels.
+  static const int stages = [] {
+    const char* v = std::getenv("HOPPERKIT_MOE_STAGES");
+    const int n = v ? std::atoi(v) : 4;
+    return n >= 1 && n <= 4 ? n : 4;
+  }();
+  static const bool no_split = std::getenv("HOPPERKIT_MOE_NO_SPLIT") != nullptr;  // profiling aid
+  a.allow_split = no_split ? 0 : 1;
   launch_moe_prep(a, p.stream);
-  launch_moe_gate_up(a, p.stream);
-  launch_moe_down(a, p.stream);
-  launch_moe_reduce(a, p.stream);
+  if (stages >= 2) launch_moe_gate_up(a, p.stream);
+  if (stages >= 3) launch_moe_down(a, p.stream);
+  if (stages >= 4) launch_moe_reduce(a, p.stream);
 }
 
 }  // namespace moe

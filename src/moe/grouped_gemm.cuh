@@ -53,6 +53,7 @@ struct MoeGemmConfig {
   static constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per stage
   static constexpr int kBChunks = BN * 8 / kThreads;
   static_assert(kAChunks >= 1 && kBChunks >= 1, "chunks");
+  static_assert(BM != 16 || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a 128-byte-row swizzled tile.
@@ -87,149 +88,205 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   launch_dependents();
   const int num_tiles = a.counters[0];
   const int tasks = num_tiles * n_blocks;
+  // decode tiles split K when there are fewer tasks than CTAs (see split_k_slices); work item = (task, slice)
+  const int S = BM == 16 && a.allow_split ? split_k_slices(tasks, gridDim.x, nk) : 1;
+  const int items = tasks * S;
+  __shared__ int s_last_slice;
+  if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;  // first use is after the ring's first barrier
 
-  for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const int4 tile = a.tiles[task % num_tiles];
-    const int nb = task / num_tiles;
-    const int e = tile.x, row_begin = tile.y, rows = tile.z;
-    const int n0 = nb * cols_per_task;
-
-    // ---- per-task source pointers
+  // ---- the load side runs kStages - 1 steps ahead of the MMAs over the flattened (task, k-step) sequence,
+  // so the next task's first stages stream in while this task finishes and stores (short-K tasks do not
+  // drain the ring).
+  struct LoadCtx {
+    int item = 0, kt = 0, kend = 0, n0 = 0, scale_ok = 0;
     const uint8_t* a_src[C::kAChunks];
     int a_ok[C::kAChunks];
+    const uint8_t* w_base = nullptr;
+    const float* scale_src = nullptr;  // block-wise: this thread's scale row (threads < BM + 2)
+  } ld;
+  auto setup_load = [&](int item) {
+    ld.item = item;
+    if (item >= items) return;
+    const int task = item / S, slice = item % S;
+    ld.kt = slice * nk / S;
+    ld.kend = (slice + 1) * nk / S;
+    const int4 tile = a.tiles[task % num_tiles];
+    const int e = tile.x, row_begin = tile.y, rows = tile.z;
+    ld.n0 = (task / num_tiles) * cols_per_task;
 #pragma unroll
     for (int i = 0; i < C::kAChunks; ++i) {
       const int r = (tid >> 3) + i * (C::kThreads / 8);
-      a_ok[i] = r < rows;
-      const int slot = row_begin + (a_ok[i] ? r : 0);
-      a_src[i] = kGateUp ? a.a_in + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * a.a_in_stride
-                         : a.act + static_cast<int64_t>(slot) * I;
+      ld.a_ok[i] = r < rows;
+      const int slot = row_begin + (ld.a_ok[i] ? r : 0);
+      ld.a_src[i] = kGateUp ? a.a_in + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * a.a_in_stride
+                            : a.act + static_cast<int64_t>(slot) * I;
     }
-    const uint8_t* w_base = kGateUp ? a.w13 + static_cast<int64_t>(e) * 2 * I * H : a.w2 + static_cast<int64_t>(e) * H * I;
-    const float* scale_src = nullptr;  // block-wise: this thread's scale row (threads < BM + 2)
-    int scale_ok = 0;
+    ld.w_base = kGateUp ? a.w13 + static_cast<int64_t>(e) * 2 * I * H : a.w2 + static_cast<int64_t>(e) * H * I;
     if (kBlock) {
       if (tid < BM) {
-        scale_ok = tid < rows;
-        const int slot = row_begin + (scale_ok ? tid : 0);
-        scale_src = kGateUp ? a.a_in_scale + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * kb_per_row
-                            : a.act_scale + static_cast<int64_t>(slot) * kb_per_row;
+        ld.scale_ok = tid < rows;
+        const int slot = row_begin + (ld.scale_ok ? tid : 0);
+        ld.scale_src = kGateUp ? a.a_in_scale + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * kb_per_row
+                               : a.act_scale + static_cast<int64_t>(slot) * kb_per_row;
       } else if (tid < BM + 2) {
-        scale_ok = 1;
-        const int wrow = kGateUp ? (tid == BM ? n0 : I + n0) : n0;  // the 128-row weight block's first row
+        ld.scale_ok = 1;
+        const int wrow = kGateUp ? (tid == BM ? ld.n0 : I + ld.n0) : ld.n0;  // the weight block's first row
         const int nbk = (kGateUp ? 2 * I : H) / kScaleBlock;
-        scale_src = (kGateUp ? a.w13_scale : a.w2_scale) +
-                    (static_cast<int64_t>(e) * nbk + wrow / kScaleBlock) * kb_per_row;
+        ld.scale_src = (kGateUp ? a.w13_scale : a.w2_scale) +
+                       (static_cast<int64_t>(e) * nbk + wrow / kScaleBlock) * kb_per_row;
       }
-      if (tid < BM) s_amax[tid] = 0u;
     }
-
-    auto load_stage = [&](int slot, int kt) {
-      uint8_t* sa = smem + slot * C::kStageBytes;
-      uint8_t* sb = sa + BM * C::kBK;
-      const int k = kt * C::kBK + ch * 16;
-      const int kbytes = k < K ? 16 : 0;
+  };
+  // Issues the loads of step (ld.task, ld.kt) into ring slot `slot`, then advances to the next step.
+  auto load_next = [&](int slot) {
+    if (ld.item >= items) return;
+    uint8_t* sa = smem + slot * C::kStageBytes;
+    uint8_t* sb = sa + BM * C::kBK;
+    const int k = ld.kt * C::kBK + ch * 16;
+    const int kbytes = k < K ? 16 : 0;
 #pragma unroll
-      for (int i = 0; i < C::kAChunks; ++i) {
-        const int r = (tid >> 3) + i * (C::kThreads / 8);
-        const int ok = a_ok[i] && kbytes;
-        cp_async_16_zfill(sa + swz(r, ch), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
-      }
+    for (int i = 0; i < C::kAChunks; ++i) {
+      const int r = (tid >> 3) + i * (C::kThreads / 8);
+      const int ok = ld.a_ok[i] && kbytes;
+      cp_async_16_zfill(sa + swz(r, ch), ok ? ld.a_src[i] + k : a.w13, ok ? 16 : 0);
+    }
 #pragma unroll
-      for (int i = 0; i < C::kBChunks; ++i) {
-        const int r = (tid >> 3) + i * (C::kThreads / 8);
-        int wrow;
-        if (kGateUp) {  // warp column group wn: kWN / 2 gate rows, then the matching up rows
-          const int grp = r / C::kWN, w = r % C::kWN, half = w / (C::kWN / 2);
-          wrow = (half ? I : 0) + n0 + grp * (C::kWN / 2) + w % (C::kWN / 2);
-        } else {
-          wrow = n0 + r;
-        }
-        const int ok = kbytes && (kGateUp || wrow < H);
-        cp_async_16_zfill(sb + swz(r, ch), ok ? w_base + static_cast<int64_t>(wrow) * K + k : a.w13, ok ? 16 : 0);
+    for (int i = 0; i < C::kBChunks; ++i) {
+      const int r = (tid >> 3) + i * (C::kThreads / 8);
+      int wrow;
+      if (kGateUp) {  // warp column group wn: kWN / 2 gate rows, then the matching up rows
+        const int grp = r / C::kWN, w = r % C::kWN, half = w / (C::kWN / 2);
+        wrow = (half ? I : 0) + ld.n0 + grp * (C::kWN / 2) + w % (C::kWN / 2);
+      } else {
+        wrow = ld.n0 + r;
       }
-      if (kBlock && scale_src != nullptr) {
-        cp_async_4_zfill(s_scale + slot * C::kScaleFloats + tid, scale_ok ? scale_src + kt : a.w13_scale,
-                         scale_ok ? 4 : 0);
-      }
-    };
+      const int ok = kbytes && (kGateUp || wrow < H);
+      cp_async_16_zfill(sb + swz(r, ch), ok ? ld.w_base + static_cast<int64_t>(wrow) * K + k : a.w13, ok ? 16 : 0);
+    }
+    if (kBlock && ld.scale_src != nullptr) {
+      cp_async_4_zfill(s_scale + slot * C::kScaleFloats + tid, ld.scale_ok ? ld.scale_src + ld.kt : a.w13_scale,
+                       ld.scale_ok ? 4 : 0);
+    }
+    if (++ld.kt == ld.kend) setup_load(ld.item + gridDim.x);
+  };
 
-    float acc[C::kMT][C::kNT][4];
+  float acc[C::kMT][C::kNT][4];
+  auto zero_acc = [&]() {
 #pragma unroll
     for (int mt = 0; mt < C::kMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < C::kNT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+  };
+  zero_acc();
 
+  setup_load(blockIdx.x);
 #pragma unroll
-    for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < nk) load_stage(s, s);
-      cp_async_commit();
-    }
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    load_next(s);
+    cp_async_commit();
+  }
 
-    for (int kt = 0; kt < nk; ++kt) {
-      cp_async_wait<C::kStages - 2>();
-      __syncthreads();
-      {
-        const int nxt = kt + C::kStages - 1;
-        if (nxt < nk) load_stage(nxt % C::kStages, nxt);
-        cp_async_commit();
-      }
-      const int slot = kt % C::kStages;
-      const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
-      const uint32_t sb = sa + BM * C::kBK;
-      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4]) {
+  auto item_steps = [&](int item) { return ((item % S) + 1) * nk / S - (item % S) * nk / S; };
+  int kt = 0, step = 0;
+  int steps = blockIdx.x < items ? item_steps(blockIdx.x) : 0;
+  for (int item = blockIdx.x; item < items; ++step) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    load_next((step + C::kStages - 1) % C::kStages);
+    cp_async_commit();
+    const int slot = step % C::kStages;
+    const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
+    const uint32_t sb = sa + BM * C::kBK;
+    auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4]) {
 #pragma unroll
-        for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          uint32_t af[C::kMT][4];
+      for (int kk = 0; kk < C::kBK / 32; ++kk) {
+        uint32_t af[C::kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt) {
+          const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < C::kNT / 2; ++np) {
+          const int r = wn * C::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < C::kMT; ++mt) {
-            const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-          }
-#pragma unroll
-          for (int np = 0; np < C::kNT / 2; ++np) {
-            const int r = wn * C::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
-#pragma unroll
-            for (int mt = 0; mt < C::kMT; ++mt) {
-              mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
-              mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
-            }
+            mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
+            mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
           }
         }
-      };
-      if constexpr (!kBlock) {
-        mma_stage(acc);
-      } else {
-        float part[C::kMT][C::kNT][4];
+      }
+    };
+    if constexpr (!kBlock) {
+      mma_stage(acc);
+    } else {
+      float part[C::kMT][C::kNT][4];
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
+      mma_stage(part);
+      const float* sc = s_scale + slot * C::kScaleFloats;
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt) {
+        const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < C::kNT; ++nt) {
+          const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
+          acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
+          acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
+          acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
+          acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
+        }
+      }
+    }
+    if (++kt < steps) continue;
+
+    // ---- end of a work item (the ring keeps filling with the next item's stages meanwhile)
+    const int task = item / S;
+    const int my_item = item;
+    item += gridDim.x;
+    kt = 0;
+    if (item < items) steps = item_steps(item);
+    if (S > 1) {  // split K: park this slice's partial tile; the last slice to arrive sums all in slice order
+      constexpr int kVals = C::kMT * C::kNT * 4;
+      float* mine = a.split_partials + static_cast<int64_t>(my_item) * kVals * C::kThreads;
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kThreads + tid, acc[mt][nt][i]);
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) s_last_slice = atomicAdd(a.split_counters + task, 1) == S - 1;
+      __syncthreads();
+      if (!s_last_slice) {
+        zero_acc();
+        continue;
+      }
+      __threadfence();
+      zero_acc();
+      for (int sl = 0; sl < S; ++sl) {
+        const float* part = a.split_partials + static_cast<int64_t>(task * S + sl) * kVals * C::kThreads;
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt)
 #pragma unroll
           for (int nt = 0; nt < C::kNT; ++nt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
-        mma_stage(part);
-        const float* sc = s_scale + slot * C::kScaleFloats;
-#pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt) {
-          const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
-#pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt) {
-            const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
-            acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
-            acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
-            acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
-            acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
-          }
-        }
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] += __ldcg(part + ((mt * C::kNT + nt) * 4 + i) * C::kThreads + tid);
       }
+      if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
     }
-    cp_async_wait<0>();
-
-    // ---- epilogue
+    const int4 tile = a.tiles[task % num_tiles];
+    const int e = tile.x, row_begin = tile.y, rows = tile.z;
+    const int n0 = (task / num_tiles) * cols_per_task;
     float out_scale = 1.f;
     if (!kBlock) {
       out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + e) : __ldg(a.a2_scale) * __ldg(a.w2_scale + e);
@@ -270,6 +327,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             }
           }
         }
+        __syncthreads();  // every row's amax is read before it is cleared for the next task
+        if (tid < BM) s_amax[tid] = 0u;
       }
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt) {
@@ -307,8 +366,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     }
-    __syncthreads();  // the next task's ring and amax reuse shared memory
+    zero_acc();
   }
+  cp_async_wait<0>();
 }
 
 }  // namespace moe

@@ -32,6 +32,7 @@ struct MoeKernelArgs {
   int num_tokens, hidden_size, intermediate, num_local_experts, num_global_experts, top_k;
   int block_m;                // 16 or 64
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
+  int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
   // ---- workspace (see workspace_layout.h)
   int32_t* counters;          // [0] num_tiles, [1] dropped rows
   int32_t* expert_offset;     // [E + 1]
@@ -42,6 +43,8 @@ struct MoeKernelArgs {
   uint8_t* act;
   float* act_scale;
   uint16_t* y;
+  int32_t* split_counters;    // [kSplitSlices], zero between uses
+  float* split_partials;      // [kSplitSlices, kSplitSliceFloats]
 };
 
 #if defined(__CUDACC__)

@@ -33,6 +33,7 @@ __device__ void build_index(const MoeKernelArgs& a) {
   const int E = a.num_local_experts;
   const int rows = a.num_tokens * a.top_k;
   for (int e = tid; e < E; e += kPrepThreads) count[e] = 0, cursor[e] = 0;
+  for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
   if (tid == 0) dropped = 0;
   __syncthreads();
   int my_dropped = 0;

@@ -20,6 +20,8 @@ struct MoeWorkspaceLayout {
   size_t act = 0;            // fp8   [num_tokens * top_k, intermediate]: SiLU(gate) * up, by sorted position
   size_t act_scale = 0;      // fp32  [num_tokens * top_k, intermediate / 128] (block-wise scaling)
   size_t y = 0;              // bf16  [num_tokens * top_k, hidden]: down-projection result per row id
+  size_t split_counters = 0; // int32 [kSplitSlices]: arrivals per split task (zeroed by kernel 1)
+  size_t split_partials = 0; // fp32  [kSplitSlices, 16 x 256]: split-K partial tiles (decode tiles only)
   size_t total_bytes = 0;
 };
 
@@ -43,6 +45,8 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
   l.act = take(rows * intermediate);
   l.act_scale = take(rows * (intermediate / kScaleBlock + 1) * sizeof(float));
   l.y = take(rows * hidden * 2);
+  l.split_counters = take(kSplitSlices * sizeof(int32_t));
+  l.split_partials = take(static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * sizeof(float));
   l.total_bytes = at;
   return l;
 }

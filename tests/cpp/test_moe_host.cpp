@@ -27,6 +27,18 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
 }
 
+TEST(MoeHeuristics, SplitKSlices) {
+  EXPECT_EQ(split_k_slices(96, 264, 32), 5);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs
+  EXPECT_EQ(split_k_slices(600, 264, 32), 1);   // enough tasks: no split
+  EXPECT_EQ(split_k_slices(10, 264, 2), 2);     // never more slices than 128-deep K steps
+  EXPECT_EQ(split_k_slices(10, 10000, 64), kMaxSplit);
+  EXPECT_EQ(split_k_slices(0, 264, 32), 1);
+  for (int tasks = 1; tasks < 3000; tasks += 7) {  // the partial tiles always fit the workspace
+    const int s = split_k_slices(tasks, 1000, 64);
+    EXPECT_TRUE(s == 1 || tasks * s <= kSplitSlices) << tasks;
+  }
+}
+
 namespace {
 std::vector<int32_t> random_ids(std::mt19937& rng, int T, int K, int E, int kind) {
   std::vector<int32_t> ids(static_cast<size_t>(T) * K);

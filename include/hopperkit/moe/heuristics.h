@@ -36,7 +36,23 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
 // quantisation group in one tile, hence 256 rows there.
 HK_MOE_HD int gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
 constexpr int kDownTileN = 128;
-constexpr int kTileK = 128;  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
+constexpr int kTileK = 128;
+
+// Split-K of decode tiles (16 rows): when the tasks (tile x weight block) are fewer than the resident CTAs,
+// each task's K range is cut into S slices (S <= kMaxSplit, each >= one 128-deep step), the slices' fp32
+// partial tiles go to the workspace and the last slice to arrive sums them in slice order (deterministic).
+// S is chosen on the device from the actual task count: split_k_slices() below.
+constexpr int kMaxSplit = 8;
+constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
+constexpr int kSplitSliceFloats = 16 * 256;   // the largest 16-row tile (256 weight rows)
+HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps) {
+  if (tasks <= 0) return 1;
+  int s = 2 * ctas / tasks;                   // up to two slices per CTA: short slices, balanced waves
+  s = s < kMaxSplit ? s : kMaxSplit;
+  s = s < k_steps ? s : k_steps;
+  s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
+  return s > 1 ? s : 1;
+}  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
 // Upper bound of the tiles of one routing: every expert's last tile may be partial.
 HK_MOE_HD int64_t max_tiles(int64_t num_tokens, int top_k, int num_local_experts, int bm) {
