@@ -42,23 +42,30 @@ struct MoeGemmConfig {
   static constexpr int kMT = kWM / 16;
   static constexpr int kNT = kWN / 8;
   static_assert(kNT % 2 == 0, "n8 blocks come in pairs (one ldmatrix.x4)");
-  static constexpr int kBK = kTileK;
+  // K bytes per stage: decode tiles (16 rows) are weight-streaming; reading 256 contiguous bytes of each
+  // weight row per stage, not 128, halves the DRAM row activations per byte. 64-row tiles keep 128.
+  static constexpr int kBK = BM == 16 ? 2 * kTileK : kTileK;
+  static constexpr int kHalves = kBK / kScaleBlock;  // 128-deep scale blocks per stage
+  static constexpr int kChunksPerRow = kBK / 16;
   static constexpr int kStageBytes = (BM + BN) * kBK;
   // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring.
-  static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : 200 * 1024;
+  static constexpr int kBudget = (BM == 16 && BN == 128) ? 110 * 1024 : 210 * 1024;
   static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
   static_assert(kStages >= 3, "ring depth");
-  static constexpr int kScaleFloats = BM + 2;  // per stage: activation scale per row, weight scale(s)
+  static constexpr int kScaleFloats = kHalves * (BM + 2);  // per stage and scale block: row scales, weight scale(s)
   static constexpr int kSmemBytes = kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4;
-  static constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per stage
-  static constexpr int kBChunks = BN * 8 / kThreads;
+  static constexpr int kAChunks = BM * kChunksPerRow / kThreads;  // 16-byte chunks per thread per stage
+  static constexpr int kBChunks = BN * kChunksPerRow / kThreads;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static_assert(kAChunks >= 1 && kBChunks >= 1, "chunks");
   static_assert(BM != 16 || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
 };
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a 128-byte-row swizzled tile.
+// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of kRowBytes-byte rows (the low three
+// chunk bits XOR the row: the 8 rows one ldmatrix reads sit in 8 different bank groups).
+template <int kRowBytes>
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
@@ -74,7 +81,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
   const int g = lane >> 2, t4 = lane & 3;
-  const int ch = tid & 7;  // every chunk this thread copies is chunk `ch` of its row
+  const int ch = tid % C::kChunksPerRow;  // every chunk this thread copies is chunk `ch` of its row
 
   const int H = a.hidden_size, I = a.intermediate;
   const int K = kGateUp ? H : I;
@@ -115,7 +122,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     ld.n0 = (task / num_tiles) * cols_per_task;
 #pragma unroll
     for (int i = 0; i < C::kAChunks; ++i) {
-      const int r = (tid >> 3) + i * (C::kThreads / 8);
+      const int r = tid / C::kChunksPerRow + i * C::kRowsPerPass;
       ld.a_ok[i] = r < rows;
       const int slot = row_begin + (ld.a_ok[i] ? r : 0);
       ld.a_src[i] = kGateUp ? a.a_in + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * a.a_in_stride
@@ -146,13 +153,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     const int kbytes = k < K ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < C::kAChunks; ++i) {
-      const int r = (tid >> 3) + i * (C::kThreads / 8);
+      const int r = tid / C::kChunksPerRow + i * C::kRowsPerPass;
       const int ok = ld.a_ok[i] && kbytes;
-      cp_async_16_zfill(sa + swz(r, ch), ok ? ld.a_src[i] + k : a.w13, ok ? 16 : 0);
+      cp_async_16_zfill(sa + swz<C::kBK>(r, ch), ok ? ld.a_src[i] + k : a.w13, ok ? 16 : 0);
     }
 #pragma unroll
     for (int i = 0; i < C::kBChunks; ++i) {
-      const int r = (tid >> 3) + i * (C::kThreads / 8);
+      const int r = tid / C::kChunksPerRow + i * C::kRowsPerPass;
       int wrow;
       if (kGateUp) {  // warp column group wn: kWN / 2 gate rows, then the matching up rows
         const int grp = r / C::kWN, w = r % C::kWN, half = w / (C::kWN / 2);
@@ -161,11 +168,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         wrow = ld.n0 + r;
       }
       const int ok = kbytes && (kGateUp || wrow < H);
-      cp_async_16_zfill(sb + swz(r, ch), ok ? ld.w_base + static_cast<int64_t>(wrow) * K + k : a.w13, ok ? 16 : 0);
+      cp_async_16_zfill(sb + swz<C::kBK>(r, ch), ok ? ld.w_base + static_cast<int64_t>(wrow) * K + k : a.w13, ok ? 16 : 0);
     }
     if (kBlock && ld.scale_src != nullptr) {
-      cp_async_4_zfill(s_scale + slot * C::kScaleFloats + tid, ld.scale_ok ? ld.scale_src + ld.kt : a.w13_scale,
-                       ld.scale_ok ? 4 : 0);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h) {
+        const int kb = ld.kt * C::kHalves + h;
+        const int ok = ld.scale_ok && kb < kb_per_row;
+        cp_async_4_zfill(s_scale + slot * C::kScaleFloats + h * (BM + 2) + tid, ok ? ld.scale_src + kb : a.w13_scale,
+                         ok ? 4 : 0);
+      }
     }
     if (++ld.kt == ld.kend) setup_load(ld.item + gridDim.x);
   };
@@ -199,20 +211,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     const int slot = step % C::kStages;
     const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
     const uint32_t sb = sa + BM * C::kBK;
-    auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4]) {
+    auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int kk_begin, int kk_end) {
 #pragma unroll
-      for (int kk = 0; kk < C::kBK / 32; ++kk) {
+      for (int kk = kk_begin; kk < kk_end; ++kk) {
         uint32_t af[C::kMT][4];
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt) {
           const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+          ldmatrix_x4(sa + swz<C::kBK>(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
         }
 #pragma unroll
         for (int np = 0; np < C::kNT / 2; ++np) {
           const int r = wn * C::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
           uint32_t b0, b1, b2, b3;
-          ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+          ldmatrix_x4(sb + swz<C::kBK>(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < C::kMT; ++mt) {
             mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
@@ -222,8 +234,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     };
     if constexpr (!kBlock) {
-      mma_stage(acc);
+      mma_stage(acc, 0, C::kBK / 32);
     } else {
+#pragma unroll
+     for (int h = 0; h < C::kHalves; ++h) {
       float part[C::kMT][C::kNT][4];
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt)
@@ -231,8 +245,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         for (int nt = 0; nt < C::kNT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
-      mma_stage(part);
-      const float* sc = s_scale + slot * C::kScaleFloats;
+      mma_stage(part, h * 4, h * 4 + 4);
+      const float* sc = s_scale + slot * C::kScaleFloats + h * (BM + 2);
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt) {
         const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
@@ -245,6 +259,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
         }
       }
+     }
     }
     if (++kt < steps) continue;
 

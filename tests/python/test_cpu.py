@@ -142,3 +142,50 @@ def test_prologue_rejects_cpu_tensors():
     x = torch.zeros(2, 4 * 128, dtype=torch.bfloat16)
     with pytest.raises(hopperkit.DeviceError, match="qkv"):
         hopperkit.attention_prologue(x, x, x, x, x, x, num_q_heads=2, num_kv_heads=1, head_dim=128)
+
+
+# ---------------------------------------------------------------------------------------- fused MoE (CPU)
+def _naive_moe(x, ids, tw, w13, w2, s13, s2, a13, a2):
+    """One (token, k) at a time, per-tensor scaling: the reference's routing and quantisation points."""
+    from hopperkit.reference import fp8_quantize_reference
+    T, H = x.shape
+    I = w2.shape[-1]
+    xq, _ = fp8_quantize_reference(x.float(), a13)
+    out = torch.zeros(T, H)
+    for t in range(T):
+        for k in range(ids.shape[1]):
+            e = int(ids[t, k])
+            if e < 0 or e >= w13.shape[0]:
+                continue
+            gu = (xq[t].float() * a13) @ (w13[e].float() * s13[e]).T
+            h = torch.nn.functional.silu(gu[:I]) * gu[I:]
+            hq, _ = fp8_quantize_reference(h, a2)
+            y = ((hq.float() * a2) @ (w2[e].float() * s2[e]).T).bfloat16().float()
+            out[t] += tw[t, k] * y
+    return out
+
+
+def test_moe_reference_matches_naive_loop():
+    from hopperkit.reference import fused_moe_reference
+    g = torch.Generator().manual_seed(3)
+    T, H, I, E, K = 9, 128, 64, 5, 2
+    w13 = (torch.randn(E, 2 * I, H, generator=g) * 4).to(torch.float8_e4m3fn)
+    w2 = (torch.randn(E, H, I, generator=g) * 4).to(torch.float8_e4m3fn)
+    s13, s2 = torch.rand(E, generator=g) * 0.01, torch.rand(E, generator=g) * 0.01
+    x = torch.randn(T, H, generator=g).bfloat16()
+    ids = torch.randint(-1, E + 1, (T, K), generator=g, dtype=torch.int32)  # includes invalid ids
+    tw = torch.rand(T, K, generator=g)
+    a13, a2 = torch.tensor([0.02]), torch.tensor([0.01])
+    got = fused_moe_reference(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2)
+    want = _naive_moe(x, ids, tw, w13, w2, s13, s2, a13, a2)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_moe_workspace_bytes_and_bad_sizes():
+    import hopperkit
+    n = hopperkit.moe_workspace_bytes(64, 8, 4096, 192, 192, False)
+    assert n >= 64 * 8 * 4096 * 2  # at least the per-row down-projection results
+    with pytest.raises(hopperkit.InvalidValueError, match="top_k"):
+        hopperkit.moe_workspace_bytes(64, 17, 4096, 192, 192, False)
+    with pytest.raises(hopperkit.InvalidValueError, match="max_tokens"):
+        hopperkit.moe_workspace_bytes(16385, 8, 4096, 192, 192, False)
