@@ -109,8 +109,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     const uint8_t* a_src[C::kAChunks];
     int a_ok[C::kAChunks];
     const uint8_t* w_base = nullptr;
+    const uint8_t* w_row0 = nullptr;   // closed-form path: this thread's first weight row (row r0 of the tile)
+    int row_lim = 0;                   // closed-form path, down: tile rows r0 + i * kRowsPerPass below this exist
     const float* scale_src = nullptr;  // block-wise: this thread's scale row (threads < BM + 2)
   } ld;
+  // Weight chunk i of this thread is tile row r0 + i * kRowsPerPass. When kRowsPerPass divides a warp's gate
+  // (or up) half, that row's place in the gate / up layout is a compile-time function of i, so a chunk's
+  // source is w_row0 + constant * K (+ I * K for up rows): no per-chunk division or 64-bit multiply.
+  const int r0 = tid / C::kChunksPerRow;
+  constexpr bool kClosedForm = C::kRowsPerPass % 8 == 0 && (!kGateUp || (C::kWN / 2) % C::kRowsPerPass == 0);
+  const int64_t IK = static_cast<int64_t>(I) * K;
   auto setup_load = [&](int item) {
     ld.item = item;
     if (item >= items) return;
@@ -129,6 +137,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
                             : a.act + static_cast<int64_t>(slot) * I;
     }
     ld.w_base = kGateUp ? a.w13 + static_cast<int64_t>(e) * 2 * I * H : a.w2 + static_cast<int64_t>(e) * H * I;
+    ld.w_row0 = ld.w_base + static_cast<int64_t>(ld.n0 + r0) * K;  // gate-up: gate row n0 + r0
+    ld.row_lim = H - ld.n0 - r0;
     if (kBlock) {
       if (tid < BM) {
         ld.scale_ok = tid < rows;
@@ -157,6 +167,25 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int ok = ld.a_ok[i] && kbytes;
       cp_async_16_zfill(sa + swz<C::kBK>(r, ch), ok ? ld.a_src[i] + k : a.w13, ok ? 16 : 0);
     }
+    if constexpr (kClosedForm) {
+      uint8_t* dst0 = sb + r0 * C::kBK + ((ch ^ (r0 & 7)) << 4);  // (r & 7) == (r0 & 7) for every chunk
+      const uint8_t* src0 = ld.w_row0 + k;
+#pragma unroll
+      for (int i = 0; i < C::kBChunks; ++i) {
+        constexpr int kP = C::kRowsPerPass;
+        const int rr = i * kP;  // compile-time after unrolling
+        int64_t off;
+        int ok = kbytes;
+        if (kGateUp) {
+          const int grp = rr / C::kWN, wpos = rr % C::kWN;
+          off = static_cast<int64_t>(grp * (C::kWN / 2) + wpos % (C::kWN / 2)) * K + (wpos >= C::kWN / 2 ? IK : 0);
+        } else {
+          off = static_cast<int64_t>(rr) * K;
+          ok = ok && rr < ld.row_lim;
+        }
+        cp_async_16_zfill(dst0 + rr * C::kBK, ok ? src0 + off : a.w13, ok ? 16 : 0);
+      }
+    } else {
 #pragma unroll
     for (int i = 0; i < C::kBChunks; ++i) {
       const int r = tid / C::kChunksPerRow + i * C::kRowsPerPass;
@@ -169,6 +198,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       const int ok = kbytes && (kGateUp || wrow < H);
       cp_async_16_zfill(sb + swz<C::kBK>(r, ch), ok ? ld.w_base + static_cast<int64_t>(wrow) * K + k : a.w13, ok ? 16 : 0);
+    }
     }
     if (kBlock && ld.scale_src != nullptr) {
 #pragma unroll
