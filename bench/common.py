@@ -152,7 +152,10 @@ def measure_ceilings(kinds: Iterable[str] = ("read", "copy")) -> dict:
 
 # ------------------------------------------------------------------------------------------- provenance
 def git_commit(fallbacks: Sequence[Callable[[], str | None]] = ()) -> str | None:
-    """git rev-parse HEAD of the repo, else the first fallback that answers, else $HOPPERKIT_COMMIT."""
+    """$HOPPERKIT_COMMIT when set (a copy of the tree may carry a stale .git: device runs), else git rev-parse
+    HEAD of the repo, else the first fallback that answers."""
+    if os.environ.get("HOPPERKIT_COMMIT"):
+        return os.environ["HOPPERKIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                              timeout=10)
@@ -167,7 +170,7 @@ def git_commit(fallbacks: Sequence[Callable[[], str | None]] = ()) -> str | None
                 return str(value)
         except Exception:  # noqa: BLE001 - provenance is best effort
             pass
-    return os.environ.get("HOPPERKIT_COMMIT")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- output

@@ -1,7 +1,7 @@
 """Plot a moe_bench JSON: time / floor against batch size, one panel per (model, mode), a line per impl and
 scaling (per-tensor solid, block-wise dashed).
 
-    python -m bench.plot_moe bench/results/h200/moe.json      # writes moe.png beside the JSON
+    python -m bench.plot_moe bench/results/h200/moe.json      # writes moe.png beside the JSON (<name>.png)
 
 Log-log. Points whose output was wrong ("ok": false) are circled in red; skipped impls leave no line. Each panel's
 title carries the geometric-mean speedup of hopperkit over torch_grouped per scaling (the JSON's summary).
@@ -86,7 +86,7 @@ def plot(json_path: str | Path) -> Path:
                  f"TB/s, FP8 FLOPs / {ceil.get('fp8_dense_TFLOPs', '?')} TFLOP/s), lower is better; red circle = "
                  f"wrong output; {commit[:12]}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    out = json_path.with_name("moe.png")
+    out = json_path.with_suffix(".png")
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
