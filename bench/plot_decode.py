@@ -8,8 +8,9 @@ the 1.25 x floor target.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+
+from bench import plot_common
 
 TARGET = 1.25
 
@@ -64,23 +65,13 @@ def plot(json_path: str | Path) -> Path:
         if missing:
             ax.text(1.01, 0.0, "no data:\n" + "\n".join(missing), transform=ax.transAxes, fontsize=8,
                     va="bottom")
-    commit = data.get("commit") or "unknown commit"
     ceil = data.get("ceilings", {})
-    fig.suptitle(f"floor = KV bytes / {ceil.get('read_TBps', '?')} TB/s measured read bandwidth; "
-                 f"hatched = wrong output; {commit[:12]}", fontsize=9)
-    fig.tight_layout()
-    out = json_path.with_name("decode.png")
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return plot_common.finish(fig, plt, data, json_path, (f"floor = KV bytes / {ceil.get('read_TBps', '?')} TB/s measured read bandwidth; "
+                                f"hatched = wrong output"))
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        raise SystemExit("usage: python -m bench.plot_decode PATH/decode.json")
-    print(f"wrote {plot(argv[0])}")
-    return 0
+    return plot_common.main(plot, "plot_decode", argv)
 
 
 if __name__ == "__main__":

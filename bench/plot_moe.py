@@ -9,8 +9,9 @@ title carries the geometric-mean speedup of hopperkit over torch_grouped per sca
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+
+from bench import plot_common
 
 IMPL_COLOR = {"hopperkit": "C0", "torch_grouped": "C1", "flashinfer": "C2"}
 SCALING_STYLE = {"per_tensor": "-", "block": "--"}
@@ -80,24 +81,14 @@ def plot(json_path: str | Path) -> Path:
                 continue
             summ = [s for s in summary if s["model"] == model and s["mode"] == mode]
             _panel(axes[i, j], sub, summ, f"{model} {mode} - {device}", matplotlib)
-    commit = data.get("commit") or "unknown commit"
     ceil = data.get("ceilings", {})
-    fig.suptitle(f"fused FP8 MoE: time / max(touched weights + activations / read {ceil.get('read_TBps', '?')} "
-                 f"TB/s, FP8 FLOPs / {ceil.get('fp8_dense_TFLOPs', '?')} TFLOP/s), lower is better; red circle = "
-                 f"wrong output; {commit[:12]}", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    out = json_path.with_suffix(".png")
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return plot_common.finish(fig, plt, data, json_path, (f"fused FP8 MoE: time / max(touched weights + activations / read {ceil.get('read_TBps', '?')} "
+                                f"TB/s, FP8 FLOPs / {ceil.get('fp8_dense_TFLOPs', '?')} TFLOP/s), lower is better; "
+                                f"red circle = wrong output"), rect=(0, 0, 1, 0.97))
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        raise SystemExit("usage: python -m bench.plot_moe PATH/moe.json")
-    print(f"wrote {plot(argv[0])}")
-    return 0
+    return plot_common.main(plot, "plot_moe", argv)
 
 
 if __name__ == "__main__":

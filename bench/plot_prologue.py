@@ -9,8 +9,9 @@ segments mark the target 1 / 0.85 (85% of the measured copy bandwidth) over the 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+
+from bench import plot_common
 
 COPY_TARGET = 0.85
 TARGET_MIN_TOKENS = 4096
@@ -89,23 +90,13 @@ def plot(json_path: str | Path) -> Path:
     fig, axes = plt.subplots(len(panels), 1, figsize=(width, 4.0 * len(panels)), squeeze=False)
     for ax, (title, sub, groups, impls, targets) in zip(axes[:, 0], panels):
         _panel(ax, sub, groups, impls, title, targets, matplotlib)
-    commit = data.get("commit") or "unknown commit"
     ceil = data.get("ceilings", {})
-    fig.suptitle(f"floors from the measured copy {ceil.get('copy_TBps', '?')} TB/s and read "
-                 f"{ceil.get('read_TBps', '?')} TB/s; hatched = wrong output; {commit[:12]}", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.985))
-    out = json_path.with_name("prologue.png")
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return plot_common.finish(fig, plt, data, json_path, (f"floors from the measured copy {ceil.get('copy_TBps', '?')} TB/s and read "
+                                f"{ceil.get('read_TBps', '?')} TB/s; hatched = wrong output"), rect=(0, 0, 1, 0.985))
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        raise SystemExit("usage: python -m bench.plot_prologue PATH/prologue.json")
-    print(f"wrote {plot(argv[0])}")
-    return 0
+    return plot_common.main(plot, "plot_prologue", argv)
 
 
 if __name__ == "__main__":
