@@ -173,6 +173,16 @@ def git_commit(fallbacks: Sequence[Callable[[], str | None]] = ()) -> str | None
     return None
 
 
+# ------------------------------------------------------------------------------------------------- CLI
+def comma_list(text: str, allowed, ap, conv=str) -> list:
+    """A comma-separated option as a list of conv(item); ap.error() for an item outside `allowed` (None: any)."""
+    out = [conv(x) for x in text.split(",") if x]
+    for x in out:
+        if allowed is not None and x not in allowed:
+            ap.error(f"unsupported value {x!r}; expected one of {', '.join(map(str, allowed))}")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- output
 def _sanitize(obj):
     """JSON has no NaN/inf: write them as null."""

@@ -615,14 +615,6 @@ def run_sweeps(args, sweeps, ceilings, prog, rows, flush, replays, warmup, t0) -
         common.free_cuda()
 
 
-def _list(text, allowed, ap, conv=str):
-    out = [conv(x) for x in text.split(",") if x]
-    for x in out:
-        if allowed is not None and x not in allowed:
-            ap.error(f"unsupported value {x!r}; expected one of {', '.join(map(str, allowed))}")
-    return out
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.moe_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/h200/moe.json")
@@ -639,11 +631,11 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     args.anchors_path = find_anchors(args.anchors)
     anchors = json.loads(args.anchors_path.read_text())
-    args.models = _list(args.models or ",".join(anchors["models"]), tuple(anchors["models"]), ap)
-    args.modes = _list(args.modes, tuple(MODES), ap)
-    args.scalings = _list(args.scalings, SCALINGS, ap)
-    args.impls = _list(args.impls, IMPLS, ap)
-    args.bs = _list(args.bs, None, ap, int) if args.bs else None
+    args.models = common.comma_list(args.models or ",".join(anchors["models"]), tuple(anchors["models"]), ap)
+    args.modes = common.comma_list(args.modes, tuple(MODES), ap)
+    args.scalings = common.comma_list(args.scalings, SCALINGS, ap)
+    args.impls = common.comma_list(args.impls, IMPLS, ap)
+    args.bs = common.comma_list(args.bs, None, ap, int) if args.bs else None
     return args, anchors
 
 

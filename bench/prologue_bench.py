@@ -766,14 +766,6 @@ def dry_run(args, scn_path: Path, scns: dict) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- main
-def _list(text, allowed, ap, conv=str):
-    out = [conv(x) for x in text.split(",") if x]
-    for x in out:
-        if allowed is not None and x not in allowed:
-            ap.error(f"unsupported value {x!r}; expected one of {', '.join(map(str, allowed))}")
-    return out
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.prologue_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/h200/prologue.json")
@@ -789,13 +781,13 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="tokens 8 and 4096, 3 step scenarios, fewer replays")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: list the work and self-check the references")
     args = ap.parse_args(argv)
-    args.impls = _list(args.impls, IMPLS, ap)
-    args.dtypes = _list(args.dtypes, DTYPES, ap)
-    args.cases = _list(args.cases, tuple(CASES), ap)
-    args.step_impls = _list(args.step_impls, STEP_IMPLS, ap)
-    args.step_dtypes = _list(args.step_dtypes, DTYPES, ap)
+    args.impls = common.comma_list(args.impls, IMPLS, ap)
+    args.dtypes = common.comma_list(args.dtypes, DTYPES, ap)
+    args.cases = common.comma_list(args.cases, tuple(CASES), ap)
+    args.step_impls = common.comma_list(args.step_impls, STEP_IMPLS, ap)
+    args.step_dtypes = common.comma_list(args.step_dtypes, DTYPES, ap)
     default_tokens = ",".join(map(str, QUICK_TOKENS if args.quick else TOKENS))
-    args.tokens = _list(args.tokens or default_tokens, None, ap, int)
+    args.tokens = common.comma_list(args.tokens or default_tokens, None, ap, int)
     return args
 
 
