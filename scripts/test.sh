@@ -10,7 +10,7 @@ echo "== build + install the Python package (pip install .)"
 $PY -m pip install --no-build-isolation --no-deps . 
 echo "== C++ tests"
 cmake -S . -B build/cpp-tests -DHOPPERKIT_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build build/cpp-tests --target hopperkit_cpu_tests -j "$JOBS"
+cmake --build build/cpp-tests --target hopperkit_cpu_tests hopperkit_example_fused_moe -j "$JOBS"
 ctest --test-dir build/cpp-tests --output-on-failure
 echo "== Python tests"
 cd tests/python && $PY -m pytest -q -rs

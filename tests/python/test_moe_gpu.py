@@ -146,6 +146,10 @@ def test_many_tokens_64_row_tiles():
     run_case(4096, 512, 256, 16, 8, False, seed=78)
 
 
+def test_512_experts_top_k_16():
+    run_case(64, 256, 128, 512, 16, False, kind="skewed", seed=512)  # the most experts and top_k supported
+
+
 def test_max_tokens():
     run_case(16384, 256, 128, 64, 2, False, seed=99)
 
