@@ -11,6 +11,7 @@
 #include "hopperkit/moe/heuristics.h"
 #include "hopperkit/moe/moe.h"
 #include "hopperkit/moe/routing.h"
+#include "moe/workspace_layout.h"
 
 using namespace hopperkit;
 using namespace hopperkit::moe;
@@ -195,4 +196,39 @@ TEST(MoeValidation, ShapesAndSchemes) {
   b.intermediate = 256;
   b.hidden_size = b.hidden_stride = b.out_stride = 7168;
   EXPECT_NO_THROW(validate_moe(b));
+}
+
+TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 200; ++iter) {
+    const int T = 1 + static_cast<int>(rng() % kMaxTokens);
+    const int K = 1 + static_cast<int>(rng() % kMaxTopK);
+    const int H = 64 * (1 + static_cast<int>(rng() % 112));
+    const int I = 64 * (1 + static_cast<int>(rng() % 32));
+    const int E = 1 + static_cast<int>(rng() % kMaxExperts);
+    const MoeWorkspaceLayout l = moe_workspace_layout(T, K, H, I, E);
+    const size_t rows = static_cast<size_t>(T) * K;
+    // every region 256-byte aligned, in order, each at least as large as its buffer
+    const size_t at[] = {l.counters, l.expert_offset, l.tiles, l.sorted_rows, l.xq, l.xq_scale, l.act,
+                         l.act_scale, l.y, l.split_counters, l.split_partials, l.total_bytes};
+    const size_t need[] = {16,
+                           (E + 1) * 4u,
+                           static_cast<size_t>(max_tiles(T, K, E, 16)) * 16,
+                           rows * 4,
+                           static_cast<size_t>(T) * H,
+                           static_cast<size_t>(T) * (H / 128) * 4,
+                           rows * I,
+                           rows * (I / 128) * 4,
+                           rows * H * 2,
+                           kSplitSlices * 4u,
+                           static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * 4};
+    for (int i = 0; i < 11; ++i) {
+      ASSERT_EQ(at[i] % 256, 0u) << i;
+      ASSERT_GE(at[i + 1] - at[i], need[i]) << "region " << i;
+    }
+    // a workspace sized for T tokens holds every smaller call
+    const int T2 = 1 + static_cast<int>(rng() % T);
+    ASSERT_LE(moe_workspace_layout(T2, K, H, I, E).total_bytes, l.total_bytes);
+    ASSERT_EQ(moe_workspace_bytes(T, K, H, I, E, MoeScaling::kPerTensor), l.total_bytes);
+  }
 }
