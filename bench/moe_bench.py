@@ -46,15 +46,14 @@ import torch
 from bench import common, decode_bench
 from bench.common import REPO_ROOT, Skip, fmt
 from bench.peers import torch_grouped_moe as tg
+from bench.peers import flashinfer_moe as fi
 
-# Why FlashInfer's CUTLASS fused MoE has no rows (investigated 2026-11-29, flashinfer-python 0.7.4): on sm_90 it
-# needs the JIT module fused_moe_90 (248 CUDA sources). No prebuilt copy exists on PyPI (flashinfer-jit-cache is
-# not there; flashinfer-cubin stops at 0.6.13 and holds no JIT modules), the device machine cannot reach the
-# internet or build it within its 10-minute command limit, and building it here takes an estimated 3.5-4.5 h on
-# 2 cores (a pruned FP8-only build, ~40 min, was started but not finished or load-tested). See docs/moe.md.
-FLASHINFER_SKIP_REASON = ("flashinfer: its sm_90 CUTLASS fused MoE is a 248-source JIT module with no prebuilt "
-                          "wheel on PyPI; it cannot be built on the offline device within a command's limit "
-                          "nor carried prebuilt yet (docs/moe.md)")
+# FlashInfer's CUTLASS fused MoE on sm_90 is the JIT module fused_moe_90 (248 CUDA sources), with no prebuilt copy
+# on PyPI (flashinfer-jit-cache is not there; flashinfer-cubin stops at 0.6.13 and holds no JIT modules) and no
+# way to build it on the offline device within a command's limit. scripts/fetch_peers_moe.sh builds an FP8-only
+# copy here (~40 min) into .peers/; without it the flashinfer rows are skipped with this reason.
+FLASHINFER_SKIP_REASON = ("flashinfer: its sm_90 CUTLASS fused MoE (JIT module fused_moe_90) is not in .peers: "
+                          "build it with scripts/fetch_peers_moe.sh (docs/moe.md)")
 
 IMPLS = ("hopperkit", "torch_grouped", "flashinfer")
 RUN_ORDER = ("torch_grouped", "hopperkit", "flashinfer")   # torch first: hopperkit is checked against its output
@@ -287,7 +286,17 @@ def build_torch_grouped(case: Case):
 
 
 def build_flashinfer(case: Case):
-    raise Skip(FLASHINFER_SKIP_REASON)
+    try:
+        fn = fi.load()
+    except Skip as e:
+        raise Skip(f"{FLASHINFER_SKIP_REASON} ({e})") from e
+    s = case.shape
+    fns = []
+    for h, w in zip(case.hidden, case.weights):
+        moe = fi.FlashInferMoE(fn, w, ids=case.ids, topk_weights=case.topk_weights, e_global=s.experts,
+                               e_local=s.e_local, block=case.block, a13=case.a13_t, a2=case.a2_t)
+        fns.append(partial(moe, h, torch.empty_like(h)))
+    return fns, {}
 
 
 BUILDERS = {"hopperkit": build_hopperkit, "torch_grouped": build_torch_grouped, "flashinfer": build_flashinfer}

@@ -21,4 +21,7 @@ export FLASHINFER_DISABLE_JIT="${FLASHINFER_DISABLE_JIT:-1}"
 # The prebuilt modules are sm_90a only; this also keeps FlashInfer from probing other archs.
 export FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST:-9.0a}"
 export FLASHINFER_LOGGING_LEVEL="${FLASHINFER_LOGGING_LEVEL:-warning}"
+# Fused MoE (scripts/fetch_peers_moe.sh): block scales through the prebuilt CUTLASS kernel, not DeepGEMM's
+# runtime JIT (which would need nvcc and headers on the device).
+export TRTLLM_DG_ENABLED="${TRTLLM_DG_ENABLED:-0}"
 unset _peers_here _peers_root
