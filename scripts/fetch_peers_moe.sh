@@ -66,4 +66,8 @@ BAD=$(readelf -rW "$SO" | awk '$3 ~ /R_X86_64_(GLOB_DAT|64)/ {print $5}' | sort 
 mkdir -p "$DEST"
 strip --strip-unneeded -o "$DEST/fused_moe_90.so" "$SO"
 ls -l "$DEST/fused_moe_90.so"
+# 6. record it in the bundle's manifest
+MAN="$REPO/.peers/MANIFEST.txt"
+sed -i '/^fused_moe_90 /d' "$MAN" 2>/dev/null || true
+echo "fused_moe_90 (FP8-only, scripts/fetch_peers_moe.sh) sha256 $(sha256sum "$DEST/fused_moe_90.so" | cut -c1-64)" >> "$MAN"
 du -sh "$REPO/.peers"
