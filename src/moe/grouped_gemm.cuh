@@ -1,13 +1,17 @@
 // hopperkit fused FP8 MoE: the grouped GEMM both projections use (kernels 2 and 3).
 //
-// A persistent grid drains the task list (tile of one expert's rows) x (block of weight rows); which tiles
+// A persistent grid drains the work items: task = (tile of one expert's rows) x (block of weight rows), and
+// for 16-row (decode) tiles each task's K range may be cut into S slices (split_k_slices, chosen on the device
+// from the actual task count; the last slice to finish sums the fp32 partial tiles in slice order). Which tiles
 // exist is known only on the device (kernel 1 wrote them), so every CTA reads the tile count and strides over
-// the tasks, tile fastest: CTAs running at the same time share a weight block, which stays in L2 when an
+// the items, tile fastest: CTAs running at the same time share a weight block, which stays in L2 when an
 // expert has several tiles.
 //
-// Per task: a cp.async ring of kStages stages, each K = 128 bytes of the A rows (gathered through the routing
-// index: no gather copy) and of the weight rows, 128-byte rows XOR-swizzled in 16-byte chunks so that ldmatrix
-// is conflict-free; mma.sync m16n8k32 e4m3 with fp32 accumulators. Block-wise scaling accumulates each
+// All threads load and compute: a cp.async ring of kStages stages runs continuously across work items (the
+// next item's stages stream in during this item's epilogue). A stage is kBK bytes of K (256 for 16-row tiles,
+// 128 otherwise) of the A rows (gathered through the routing index: no gather copy) and of the weight rows,
+// XOR-swizzled in 16-byte chunks so that ldmatrix is conflict-free; weight chunks are addressed in closed form
+// where the layout allows. mma.sync m16n8k32 e4m3 with fp32 accumulators. Block-wise scaling accumulates each
 // 128-deep K block separately and adds it scaled by (activation group scale x weight block scale).
 //
 // Gate-up (kGateUp): a tile's weight rows are the gate rows and the matching up rows of BN / 2 intermediate
