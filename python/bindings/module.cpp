@@ -517,14 +517,15 @@ void fused_moe(const Array& hidden, int64_t hidden_dtype, std::optional<Array> h
   check::last_dim_contiguous(tx, "hidden");
   check::last_dim_contiguous(to, "out");
   const bool block = ts13.ndim() == 3;
+  // block-wise scales: [num_local_experts, weight rows / 128, K / 128]
+  auto block_scales = [&](const TensorDesc& t, const char* name, int64_t rows, int64_t k, const char* layout) {
+    const int64_t want[3] = {E, rows / moe::kScaleBlock, k / moe::kScaleBlock};
+    for (int d = 0; d < 3; ++d) check::extent(t, name, d, want[d], layout);
+  };
   if (block) {
-    check::extent(ts13, "w13_scale", 0, E, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
-    check::extent(ts13, "w13_scale", 1, I2 / moe::kScaleBlock, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
-    check::extent(ts13, "w13_scale", 2, H / moe::kScaleBlock, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
+    block_scales(ts13, "w13_scale", I2, H, "[num_local_experts, 2 * intermediate / 128, hidden / 128]");
     check::rank(ts2, "w2_scale", 3, "[num_local_experts, hidden / 128, intermediate / 128] (block-wise, as w13_scale)");
-    check::extent(ts2, "w2_scale", 0, E, "[num_local_experts, hidden / 128, intermediate / 128]");
-    check::extent(ts2, "w2_scale", 1, H / moe::kScaleBlock, "[num_local_experts, hidden / 128, intermediate / 128]");
-    check::extent(ts2, "w2_scale", 2, I / moe::kScaleBlock, "[num_local_experts, hidden / 128, intermediate / 128]");
+    block_scales(ts2, "w2_scale", H, I, "[num_local_experts, hidden / 128, intermediate / 128]");
   } else {
     check::rank(ts13, "w13_scale", 1, "[num_local_experts] (per-tensor) or [E, 2I / 128, hidden / 128] (block-wise)");
     check::extent(ts13, "w13_scale", 0, E, "[num_local_experts]");

@@ -155,12 +155,18 @@ def test_max_tokens():
 
 
 # --------------------------------------------------------------------------------- graphs and interfaces
-def test_cuda_graph_routing_changes_between_replays():
-    T, H, I, E, K = 48, 256, 256, 16, 4
-    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + 1234)
-    w13, s13, w2, s2 = make_weights(E, H, I, True, gen)
+def small_problem(T, H, I, E, K, block, seed):
+    """(weights w13, s13, w2, s2; hidden x; routing ids, tw) of one small uniform-routing case."""
+    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + seed)
+    w13, s13, w2, s2 = make_weights(E, H, I, block, gen)
     x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
     ids, tw = make_routing(T, K, E, "uniform", gen)
+    return (w13, s13, w2, s2), x, (ids, tw), gen
+
+
+def test_cuda_graph_routing_changes_between_replays():
+    T, H, I, E, K = 48, 256, 256, 16, 4
+    (w13, s13, w2, s2), x, (ids, tw), gen = small_problem(T, H, I, E, K, True, 1234)
     ws = hopperkit.moe_workspace(T, K, H, I, E, True, "cuda")
     out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
     hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, out=out, workspace=ws)  # warm-up outside the capture
@@ -183,10 +189,7 @@ def test_cuda_graph_routing_changes_between_replays():
 
 def test_opcheck_and_compile():
     T, H, I, E, K = 8, 256, 128, 8, 2
-    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + 4321)
-    w13, s13, w2, s2 = make_weights(E, H, I, True, gen)
-    x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
-    ids, tw = make_routing(T, K, E, "uniform", gen)
+    (w13, s13, w2, s2), x, (ids, tw), _ = small_problem(T, H, I, E, K, True, 4321)
     ws = hopperkit.moe_workspace(T, K, H, I, E, True, "cuda")
     out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
     torch.library.opcheck(torch.ops.hopperkit.fused_moe,
@@ -204,10 +207,7 @@ def test_opcheck_and_compile():
 
 def test_bad_inputs_raise_typed_errors():
     T, H, I, E, K = 4, 256, 192, 8, 2
-    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + 9)
-    w13, s13, w2, s2 = make_weights(E, H, I, False, gen)
-    x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
-    ids, tw = make_routing(T, K, E, "uniform", gen)
+    (w13, s13, w2, s2), x, (ids, tw), _ = small_problem(T, H, I, E, K, False, 9)
     one = torch.ones(1, device="cuda")
     with pytest.raises(hopperkit.DtypeError, match="topk_ids"):
         hopperkit.fused_moe(x, ids.long(), tw, w13, w2, s13, s2, a13_scale=one, a2_scale=one)
