@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "common/tensor_map.h"
 #include "hopperkit/error.h"
 #include "moe/grouped_gemm.cuh"
@@ -41,6 +43,7 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
   spec.strides_bytes[0] = k, spec.strides_bytes[1] = rows * k, spec.strides_bytes[2] = rows * k * spec.dims[2];
   spec.box[0] = Cfg::kBK, spec.box[1] = Cfg::kBoxRows, spec.box[2] = 1, spec.box[3] = 1;
   spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  // a TMA box may not exceed the tensor: validate_moe requires hidden and intermediate >= 128
   const CUtensorMap wmap = make_tensor_map(spec, kGateUp ? "w13" : "w2");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));

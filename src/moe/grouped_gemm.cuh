@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 
   if (producer) {
     // ---------------------------------------------------------------- producer warp
-    const uint64_t policy = policy_evict_first();  // weights are read once per call
+    // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
+    const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
     int step = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int task = item / S;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         cp_async_mbar_arrive_noinc(&full[slot]);
       }
     }
+    cp_async_wait<0>();  // no copy of this warp outlives it
     return;
   }
 
