@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       for (int kt = kb0; kt < kb1; ++kt, ++step) {
         const int slot = step % C::kStages;
-        if (step >= C::kStages) mbar_wait(&empty[slot], ((step / C::kStages) - 1) & 1);
+        if (step >= C::kStages) mbar_wait_bounded(&empty[slot], ((step / C::kStages) - 1) & 1);
         uint8_t* sa = smem + slot * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
         if (lane == 0) {
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     item_range(item, kb0, kb1);
     for (int kt = kb0; kt < kb1; ++kt, ++step) {
       const int slot = step % C::kStages;
-      mbar_wait(&full[slot], (step / C::kStages) & 1);
+      mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
       const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
       const uint32_t sb = sa + C::kABytes;
       auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4]) {
