@@ -3,6 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
+#include "common/tensor_map.h"
 #include "hopperkit/error.h"
 #include "moe/grouped_gemm.cuh"
 
@@ -29,6 +32,19 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
     resident[dev] = per_sm * sms;
   }
   const int64_t grid = max_tasks < resident[dev] ? (max_tasks > 0 ? max_tasks : 1) : resident[dev];
+  // The weights as a 4-d byte tensor [1][E][rows][K] (innermost first: K, rows, E), boxes of 128 bytes x the
+  // tile's rows (gate-up: half the tile, loaded twice), 128-byte swizzle; out-of-range rows / K read as zero.
+  const uint64_t k = kGateUp ? a.hidden_size : a.intermediate;
+  const uint64_t rows = kGateUp ? 2ull * a.intermediate : a.hidden_size;
+  TensorMap4d spec;
+  spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  spec.base = kGateUp ? static_cast<const void*>(a.w13) : static_cast<const void*>(a.w2);
+  spec.dims[0] = k, spec.dims[1] = rows, spec.dims[2] = static_cast<uint64_t>(a.num_local_experts), spec.dims[3] = 1;
+  spec.strides_bytes[0] = k, spec.strides_bytes[1] = rows * k, spec.strides_bytes[2] = rows * k * spec.dims[2];
+  spec.box[0] = Cfg::kBK, spec.box[1] = Cfg::kBoxRows, spec.box[2] = 1, spec.box[3] = 1;
+  spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  // a TMA box may not exceed the tensor: validate_moe requires hidden and intermediate >= 128
+  const CUtensorMap wmap = make_tensor_map(spec, kGateUp ? "w13" : "w2");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(Cfg::kThreads);
@@ -39,7 +55,7 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, wmap));
 }
 
 // Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.
