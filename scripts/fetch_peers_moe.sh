@@ -66,7 +66,13 @@ BAD=$(readelf -rW "$SO" | awk '$3 ~ /R_X86_64_(GLOB_DAT|64)/ {print $5}' | sort 
 mkdir -p "$DEST"
 strip --strip-unneeded -o "$DEST/fused_moe_90.so" "$SO"
 ls -l "$DEST/fused_moe_90.so"
-# 6. record it in the bundle's manifest
+# 6. the MoE call path imports modules lazily (the autotuner's tactics_blocklist and _graph_timing, ...) that the
+#    decode/prologue trace pruned away: add FlashInfer's top-level modules, autotuner/ and trace/ (pure Python)
+PKG="$REPO/.peers/python/flashinfer"
+( cd "$FULL/flashinfer" && find . -maxdepth 1 -name '*.py' && find autotuner trace -name '*.py' ) | while read -r f; do
+  [ -f "$PKG/$f" ] || { mkdir -p "$(dirname "$PKG/$f")"; cp "$FULL/flashinfer/$f" "$PKG/$f"; }
+done
+# 7. record it in the bundle's manifest
 MAN="$REPO/.peers/MANIFEST.txt"
 sed -i '/^fused_moe_90 /d' "$MAN" 2>/dev/null || true
 echo "fused_moe_90 (FP8-only, scripts/fetch_peers_moe.sh) sha256 $(sha256sum "$DEST/fused_moe_90.so" | cut -c1-64)" >> "$MAN"

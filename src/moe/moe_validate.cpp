@@ -32,9 +32,6 @@ void validate_moe(const MoeParams& p) {
            "a positive multiple of " + std::to_string(mult) + why, p.hidden_size);
   HK_CHECK(kUnsupported, p.intermediate > 0 && p.intermediate % mult == 0, "intermediate",
            "a positive multiple of " + std::to_string(mult) + why, p.intermediate);
-  // the TMA weight boxes are 128 bytes of K by up to 128 rows and may not exceed the tensor
-  HK_CHECK(kUnsupported, p.hidden_size >= 128 && p.intermediate >= 128, "hidden / intermediate",
-           ">= 128 each (TMA weight tiles)", std::to_string(p.hidden_size) + " / " + std::to_string(p.intermediate));
   HK_CHECK(kDtype, p.hidden_dtype == DType::kBF16 || p.hidden_dtype == DType::kFP8E4M3, "hidden",
            "bfloat16 or float8_e4m3fn", dtype_name(p.hidden_dtype));
   HK_CHECK(kValue, p.w13 != nullptr && p.w2 != nullptr && p.w13_scale != nullptr && p.w2_scale != nullptr,

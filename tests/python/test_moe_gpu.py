@@ -124,6 +124,12 @@ def test_per_tensor_intermediate_192_and_hidden_192():
     run_case(33, 192, 192, 12, 3, False, seed=3)  # multiples of 64 only: K and N tails of the 128-wide tiles
 
 
+@pytest.mark.parametrize("H,I", [(64, 64), (64, 320), (320, 64)])
+def test_per_tensor_smallest_multiples_of_64(H, I):
+    # weight tiles (128 bytes of K, up to 128 rows) reach past a 64-wide tensor: the outside must read as zero
+    run_case(50, H, I, 8, 2, False, seed=H + I)
+
+
 @pytest.mark.parametrize("K", [1, 16])
 def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
