@@ -14,7 +14,7 @@ import sys
 import torch
 
 
-def time_case(model, mode, scaling, bs):
+def time_case(model, mode, scaling, bs, ncu=False):
     import hopperkit
     from bench import common
     from bench import moe_bench as mb
@@ -35,6 +35,13 @@ def time_case(model, mode, scaling, bs):
                                             expert_map=emap, out=out, workspace=ws, **kw) for w in weights]
     for f in fns:
         f()
+    if ncu:  # one profiled call (ncu --profile-from-start off)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        fns[0]()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        return 0.0
     return common.time_graph(fns, replays=30)
 
 
@@ -42,7 +49,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="hy3:tp8_ep1:per_tensor:4,deepseek-v3:tp1_ep8:block:4")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--ncu", action="store_true", help="one profiled call per case, for ncu --profile-from-start off")
     args = ap.parse_args()
+    if args.ncu:
+        for c in args.cases.split(","):
+            m, mode, sc, bs = c.split(":")
+            time_case(m, mode, sc, int(bs), ncu=True)
+            print(f"{c}: profiled one call")
+        return
     if args.one:
         print(f"{time_case(*args.one.split(':')[:3], int(args.one.split(':')[3])):.1f}")
         return

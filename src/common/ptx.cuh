@@ -188,13 +188,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// ---- SM count (the %nsmid special register: SMs of the device, an upper bound on the ids %smid returns)
-__device__ __forceinline__ int num_sms() {
-  int n;
-  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(n));
-  return n;
-}
-
 // ---- programmatic dependent launch -----------------------------------------------------------------------
 // Waits until the grids this one depends on have completed and their memory is visible (no-op without PDL).
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

@@ -2,6 +2,7 @@
 // summed in k order (deterministic); rows of experts that are not local are skipped.
 #include "common/ptx.cuh"
 #include "hopperkit/error.h"
+#include "hopperkit/moe/heuristics.h"
 #include "moe/launch.h"
 
 namespace hopperkit {
@@ -13,26 +14,56 @@ namespace {
 
 constexpr int kReduceThreads = 256;
 
+// At decode the whole reduce is a few dependent loads deep: the routing (ids, weights, expert map) is an input
+// of the call, so each thread reads its rows' routing before waiting for the down GEMM, then issues all its
+// (up to kMaxTopK) row loads at once, then sums them in k order.
 __global__ void __launch_bounds__(kReduceThreads) moe_reduce_kernel(const MoeKernelArgs a) {
-  grid_dependency_wait();
-  launch_dependents();
   const int vecs = a.hidden_size / 8;  // 8 bf16 per thread
   const int64_t total = static_cast<int64_t>(a.num_tokens) * vecs;
+  bool waited = false;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x; v < total;
        v += static_cast<int64_t>(gridDim.x) * kReduceThreads) {
     const int64_t t = v / vecs;
     const int col = static_cast<int>(v % vecs) * 8;
-    float acc[8] = {};
-    for (int k = 0; k < a.top_k; ++k) {
-      const int64_t row = t * a.top_k + k;
-      if (moe_local_expert(a, a.topk_ids[row]) < 0) continue;
-      const float w = a.topk_weights[row];
-      const uint4 y = __ldcs(reinterpret_cast<const uint4*>(a.y + row * a.hidden_size + col));
-      const uint32_t yy[4] = {y.x, y.y, y.z, y.w};
+    float w[kMaxTopK];
+    uint32_t local = 0;  // bit k: row k's expert is local (other rows are skipped, not loaded)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[2 * i] += w * bf16_bits_to_float(yy[i] & 0xffff);
-        acc[2 * i + 1] += w * bf16_bits_to_float(yy[i] >> 16);
+    for (int k = 0; k < kMaxTopK; ++k) {
+      w[k] = 0.f;
+      if (k < a.top_k) {
+        const int64_t row = t * a.top_k + k;
+        if (moe_local_expert(a, a.topk_ids[row]) >= 0) local |= 1u << k;
+        w[k] = a.topk_weights[row];
+      }
+    }
+    if (!waited) {
+      grid_dependency_wait();  // y comes from the down GEMM
+      launch_dependents();
+      waited = true;
+    }
+    float acc[8] = {};
+    constexpr int kChunk = 8;  // rows loaded together (registers: 4 per row)
+#pragma unroll
+    for (int k0 = 0; k0 < kMaxTopK; k0 += kChunk) {
+      if (k0 >= a.top_k) break;
+      uint4 y[kChunk];
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        if (local & (1u << (k0 + i))) {
+          y[i] = __ldcs(reinterpret_cast<const uint4*>(a.y + (t * a.top_k + k0 + i) * a.hidden_size + col));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        if (local & (1u << (k0 + i))) {
+          const float wk = w[k0 + i];
+          const uint32_t yy[4] = {y[i].x, y[i].y, y[i].z, y[i].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            acc[2 * j] += wk * bf16_bits_to_float(yy[j] & 0xffff);
+            acc[2 * j + 1] += wk * bf16_bits_to_float(yy[j] >> 16);
+          }
+        }
       }
     }
     if (a.shared_output != nullptr) {
@@ -50,6 +81,10 @@ __global__ void __launch_bounds__(kReduceThreads) moe_reduce_kernel(const MoeKer
     o.z = pack_bf16x2(acc[4], acc[5]);
     o.w = pack_bf16x2(acc[6], acc[7]);
     *reinterpret_cast<uint4*>(a.out + t * a.out_stride + col) = o;
+  }
+  if (!waited) {  // no vector here: still wait, so that this grid never completes before the down GEMM
+    grid_dependency_wait();
+    launch_dependents();
   }
 }
 

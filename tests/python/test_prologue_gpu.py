@@ -140,6 +140,44 @@ def test_int32_positions_bf16_table_strided_qkv_and_head_counts():
     run_case(T=5000, hq=8, hkv=1, kv_dtype=FP8, q_dtype=FP8, pad=50, seed=7)
 
 
+@pytest.mark.parametrize("T,hq,hkv,d,is_neox,rot", [(2113, 2, 1, 256, False, 128), (4099, 4, 2, 64, True, 32),
+                                                      (1057, 8, 1, 128, True, 128), (529, 64, 8, 128, True, 128)])
+def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
+    """Several tokens per block (few heads; the last block partly past the end) and heads split over blocks."""
+    run_case(T=T, hq=hq, hkv=hkv, d=d, is_neox=is_neox, rot=rot, pad=T // 7, seed=T)
+
+
+@pytest.mark.parametrize("T", [10, 2501])
+def test_untrusted_indices_in_any_launch_shape(T):
+    hq, hkv, d, bs = 4, 1, 128, 16
+    qkv = torch.randn(T, (hq + 2 * hkv) * d, device="cuda").to(BF16)
+    cs = rope_cache(T + 10, d)
+    positions = torch.arange(T, device="cuda")
+    bad_pos = [2, 3, T - 1]
+    positions[2] = T + 10   # beyond the table
+    positions[3] = -1
+    positions[T - 1] = -5
+    nb = (T + bs - 1) // bs
+    kc, vc = make_caches(nb, bs, hkv, d, BF16, "NHD")
+    slots = torch.arange(T, device="cuda", dtype=torch.int64)
+    slots[5] = nb * bs       # beyond the cache
+    slots[6] = -7
+    slots[T - 2] = -1        # padding: q only
+    q_out = torch.full((T, hq, d), float("nan"), dtype=BF16, device="cuda")
+    err = torch.zeros(2, dtype=torch.int32, device="cuda")
+    hopperkit.attention_prologue(qkv, positions, cs, kc, vc, slots, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                 q_out=q_out, error_count=err)
+    assert err.tolist() == [3, 2]
+    good = [t for t in range(T) if t not in bad_pos]
+    assert torch.isnan(q_out[bad_pos].float()).all()  # skipped tokens
+    assert torch.isfinite(q_out[good].float()).all()
+    written = torch.zeros(nb * bs, dtype=torch.bool)
+    written[[t for t in good if t not in (5, 6, T - 2)]] = True
+    kf = kc.view(nb * bs, -1).float().cpu()
+    assert torch.isfinite(kf[written]).all()
+    assert torch.isnan(kf[~written]).all()
+
+
 def test_untrusted_indices_are_counted_and_skipped():
     T, hq, hkv, d, bs = 10, 4, 1, 128, 16
     qkv = torch.randn(T, (hq + 2 * hkv) * d, device="cuda").to(BF16)

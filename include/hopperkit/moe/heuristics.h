@@ -38,31 +38,21 @@ HK_MOE_HD int gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 12
 constexpr int kDownTileN = 128;
 constexpr int kTileK = 128;
 
-// Split-K of decode tiles (16 rows): each task's K range may be cut into S slices (S <= kMaxSplit, each >= one
-// K step); the slices' fp32 partial tiles go to the workspace and the last slice to arrive sums them in slice
-// order (deterministic). S is chosen on the device from the actual task count: work items (task x slice) are
-// dealt round-robin over the grid, so the SM that streams the most bytes holds ceil(items / sms) items of at
-// most ceil(k_steps / S) steps each, plus about one step's worth of fixed cost per item (partial tile, epilogue).
-// split_k_slices() picks the S in 1..max that minimises that, the smallest S on ties.
+// Split-K of decode tiles (16 rows): when the tasks (tile x weight block) are fewer than the resident CTAs,
+// each task's K range is cut into S slices (S <= kMaxSplit, each >= one 128-deep step), the slices' fp32
+// partial tiles go to the workspace and the last slice to arrive sums them in slice order (deterministic).
+// S is chosen on the device from the actual task count: split_k_slices() below.
 constexpr int kMaxSplit = 8;
 constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
 constexpr int kSplitSliceFloats = 16 * 256;   // the largest 16-row tile (256 weight rows)
-HK_MOE_HD int64_t split_k_cost(int tasks, int sms, int k_steps, int s) {
-  const int64_t items = static_cast<int64_t>(tasks) * s;
-  return (items + sms - 1) / sms * ((k_steps + s - 1) / s + 1);
-}
-HK_MOE_HD int split_k_slices(int tasks, int sms, int k_steps) {
-  if (tasks <= 0 || sms <= 0 || k_steps <= 1) return 1;
-  int max_s = kMaxSplit < k_steps ? kMaxSplit : k_steps;
-  max_s = max_s < kSplitSlices / tasks ? max_s : kSplitSlices / tasks;
-  int best = 1;
-  int64_t best_cost = split_k_cost(tasks, sms, k_steps, 1);
-  for (int s = 2; s <= max_s; ++s) {
-    const int64_t c = split_k_cost(tasks, sms, k_steps, s);
-    if (c < best_cost) best = s, best_cost = c;
-  }
-  return best;
-}
+HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps) {
+  if (tasks <= 0) return 1;
+  int s = 2 * ctas / tasks;                   // up to two slices per CTA: short slices, balanced waves
+  s = s < kMaxSplit ? s : kMaxSplit;
+  s = s < k_steps ? s : k_steps;
+  s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
+  return s > 1 ? s : 1;
+}  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
 // Upper bound of the tiles of one routing: every expert's last tile may be partial.
 HK_MOE_HD int64_t max_tiles(int64_t num_tokens, int top_k, int num_local_experts, int bm) {
