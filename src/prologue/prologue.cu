@@ -26,17 +26,6 @@ void check_cache(const char* arg, const void* p, int64_t sb, int64_t st, int64_t
   }
 }
 
-// SMs of the current device (cached per device; the launch shape aims for a few blocks per SM)
-int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static int sms[kMaxDevices] = {};
-  int dev = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) return 132;
-  if (sms[dev] == 0) HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev));
-  return sms[dev];
-}
-
 }  // namespace
 
 void validate_attention_prologue(const PrologueParams& p) {
@@ -136,21 +125,14 @@ void attention_prologue(const PrologueParams& p) {
   a.num_tokens = p.num_tokens;
   a.hq = p.num_q_heads;
   a.hkv = p.num_kv_heads;
-  const PrologueShape shape = prologue_shape(p.num_tokens, p.num_q_heads + 2 * p.num_kv_heads, p.head_dim, sm_count());
-  a.heads_per_pass = shape.heads_per_pass;
-  a.passes_per_block = shape.passes_per_block;
-  a.chunks = shape.chunks;
-  a.tokens_per_block = shape.tokens_per_block;
-  const int64_t blocks = prologue_blocks(p.num_tokens, shape);
-  HK_CHECK(kUnsupported, blocks < (int64_t{1} << 31), "num_tokens", "fewer than 2^31 blocks of the launch",
-           std::to_string(blocks) + " blocks for " + std::to_string(p.num_tokens) + " tokens");
-  const unsigned grid = static_cast<unsigned>(blocks);
-  const unsigned threads = static_cast<unsigned>(shape.threads);
+  const int64_t threads = static_cast<int64_t>(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads) * (p.head_dim / 8);
+  const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
+  const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
   // one list of supported head dims; the default branch reports the value (validation catches it first)
   switch (p.head_dim) {
-    case 64: attention_prologue_kernel<64><<<grid, threads, 0, p.stream>>>(a); break;
-    case 128: attention_prologue_kernel<128><<<grid, threads, 0, p.stream>>>(a); break;
-    case 256: attention_prologue_kernel<256><<<grid, threads, 0, p.stream>>>(a); break;
+    case 64: attention_prologue_kernel<64><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    case 128: attention_prologue_kernel<128><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    case 256: attention_prologue_kernel<256><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
     default: HK_CHECK(kUnsupported, false, "head_dim", "64, 128 or 256", p.head_dim);
   }
   HK_CHECK_LAUNCH("attention_prologue_kernel");

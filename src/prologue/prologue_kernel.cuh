@@ -1,12 +1,10 @@
 // hopperkit fused attention prologue: device code.
 //
-// A block works on one token (see prologue/heuristics.h for the launch shape): the token's position, slot and
-// cos/sin values and each lane's norm weights are read once, before the head loop, and reused for every head.
-// One thread per 8 consecutive elements (16 bytes of bf16) of a head; the D/8 threads of a head are consecutive
-// lanes of one warp, so per-head reductions (RMSNorm sum of squares, FP8 amax) and the NeoX rotate-half partner
-// exchange are warp shuffles inside the group. A pass covers the block's head slots in memory order (coalesced
-// 16-byte loads and stores); the loads of up to kItems passes are issued before any use. All index math is
-// 32-bit except the per-token bases.
+// One thread per 8 consecutive elements (16 bytes of bf16) of one head of one token; the D/8 threads of a head
+// are consecutive lanes of one warp, so per-head reductions (RMSNorm sum of squares, FP8 amax) and the NeoX
+// rotate-half partner exchange are warp shuffles inside the group. Threads walk the QKV row in memory order,
+// so every load and store is a coalesced 16-byte (or 8-byte for FP8) access; each thread handles kItems
+// vectors whose loads are all issued before any use.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,13 +13,13 @@
 
 #include <cstdint>
 
-#include "hopperkit/prologue/heuristics.h"
 #include "hopperkit/prologue/prologue.h"
 
 namespace hopperkit {
 namespace prologue {
 
-constexpr int kItems = kPrologueItems;
+constexpr int kPrologueThreads = 256;
+constexpr int kItems = 2;  // vectors per thread, loaded together
 constexpr float kFp8Max = 448.f;
 
 struct PrologueArgs {
@@ -57,7 +55,6 @@ struct PrologueArgs {
   int* err;
   int num_tokens;
   int hq, hkv;
-  int heads_per_pass, passes_per_block, chunks, tokens_per_block;  // launch shape (PrologueShape)
 };
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&x)[8]) {
@@ -78,6 +75,29 @@ __device__ __forceinline__ uint16_t pack_fp8x2(float a, float b) {
   return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
 
+// 8 consecutive values (fp32 or bf16) starting at p.
+__device__ __forceinline__ void load8(const void* p, int f32, float (&x)[8]) {
+  if (f32) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *(reinterpret_cast<const float4*>(p) + 1);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  } else {
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(p), x);
+  }
+}
+
+// 4 consecutive values (fp32 or bf16) starting at p.
+__device__ __forceinline__ void load4(const void* p, int f32, float (&x)[4]) {
+  if (f32) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
+    x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
+  }
+}
+
 template <int TPH>
 __device__ __forceinline__ float group_sum(float v, unsigned mask) {
 #pragma unroll
@@ -92,215 +112,154 @@ __device__ __forceinline__ float group_max(float v, unsigned mask) {
   return v;
 }
 
-// x <- x / rms(head) * w (w: this lane's 8 weights)
 template <int TPH>
-__device__ __forceinline__ void rms_norm(float (&x)[8], const float* w, float eps, unsigned mask) {
+__device__ __forceinline__ void rms_norm(float (&x)[8], const void* w, int w_f32, int j, float eps, unsigned mask) {
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
   ss = group_sum<TPH>(ss, mask);
   const float r = rsqrtf(ss / static_cast<float>(TPH * 8) + eps);
+  float wv[8];
+  load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(j) * 8 * (w_f32 ? 4 : 2), w_f32, wv);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = x[i] * r * w[i];
+  for (int i = 0; i < 8; ++i) x[i] = x[i] * r * wv[i];
 }
 
-// Rotation of this lane's 8 elements e0..e0+7: c[i], s[i] are the cos / sin that element e0+i uses (NeoX: index
-// e mod rotary/2, partner element e +- rotary/2 held by lane `partner`; GPT-J: index e / 2, partner e ^ 1 in the
-// same lane). `rotated` false: the lane's dims are past rotary_dim.
 template <int TPH>
-__device__ __forceinline__ void rope(float (&x)[8], const float* c, const float* s, bool rotated, bool first,
-                                     int partner, int is_neox, unsigned mask) {
-  if (is_neox) {
+__device__ __forceinline__ void rope(float (&x)[8], const PrologueArgs& a, int64_t pos, int j, int lane,
+                                     unsigned mask) {
+  const int e0 = j * 8;
+  const int half = a.rotary_dim / 2;
+  const uint8_t* row = static_cast<const uint8_t*>(a.cos_sin) + pos * a.cs_stride * (a.cos_sin_f32 ? 4 : 2);
+  const int es = a.cos_sin_f32 ? 4 : 2;
+  if (a.is_neox) {
+    // partner of element e is e +- r/2: the same slot of the thread r/16 lanes away (every thread of the group
+    // takes part in the shuffles, those beyond the rotary dims with themselves)
+    const bool rotated = e0 < a.rotary_dim;
+    const bool first = e0 < half;
+    const int src = !rotated ? lane : (first ? lane + half / 8 : lane - half / 8);
     float xp[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) xp[i] = __shfl_sync(mask, x[i], partner);  // every lane of the group takes part
+    for (int i = 0; i < 8; ++i) xp[i] = __shfl_sync(mask, x[i], src);
     if (rotated) {
+      const int c0 = first ? e0 : e0 - half;
+      float c[8], s[8];
+      load8(row + static_cast<int64_t>(c0) * es, a.cos_sin_f32, c);
+      load8(row + static_cast<int64_t>(half + c0) * es, a.cos_sin_f32, s);
 #pragma unroll
       for (int i = 0; i < 8; ++i) x[i] = first ? x[i] * c[i] - xp[i] * s[i] : x[i] * c[i] + xp[i] * s[i];
     }
-  } else if (rotated) {
+  } else if (e0 < a.rotary_dim) {
+    // GPT-J: pairs (2m, 2m + 1) use cos/sin index m
+    float c[4], s[4];
+    load4(row + static_cast<int64_t>(e0 / 2) * es, a.cos_sin_f32, c);
+    load4(row + static_cast<int64_t>(half + e0 / 2) * es, a.cos_sin_f32, s);
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const float x0 = x[2 * m], x1 = x[2 * m + 1];
-      x[2 * m] = x0 * c[2 * m] - x1 * s[2 * m];
-      x[2 * m + 1] = x1 * c[2 * m] + x0 * s[2 * m];
+      x[2 * m] = x0 * c[m] - x1 * s[m];
+      x[2 * m + 1] = x1 * c[m] + x0 * s[m];
     }
   }
 }
-
-// One value of a [n] fp32 | bf16 vector.
-__device__ __forceinline__ float load1(const void* p, int f32, int i) {
-  return f32 ? static_cast<const float*>(p)[i]
-             : __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);
-}
-
-__device__ __forceinline__ uint2 fp8x8(const float (&x)[8], float inv) {
-  uint2 q8;
-  q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
-         (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
-  q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
-         (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
-  return q8;
-}
-
-__device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
-  return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
-}
-
-// Per-token values a block shares (one entry per token slot).
-struct TokenInfo {
-  int64_t k_base, v_base;  // elements: the token's cache row (head 0, element 0)
-  int state;               // 0: skip the token (bad position or past the end), 1: q only, 2: q and k/v
-};
 
 template <int D>
-__global__ void __launch_bounds__(kPrologueMaxThreads) attention_prologue_kernel(const PrologueArgs a) {
+__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 8;  // threads per head
-  constexpr int TB = kPrologueMaxTokensPerBlock;
   const int lane = threadIdx.x & 31;
   const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
-  const int j = threadIdx.x % TPH;   // this lane's vector in a head
-  const int hs = threadIdx.x / TPH;  // its head slot
-  const bool slot_ok = hs < a.heads_per_pass;
   const int H = a.hq + 2 * a.hkv;
-  const int group = blockIdx.x / a.chunks;  // block = (token group, chunk of heads)
-  const int chunk = blockIdx.x - group * a.chunks;
-  const int t0 = group * a.tokens_per_block;
-  const int h_begin = chunk * a.passes_per_block * a.heads_per_pass;
-  const int h_end = min(H, h_begin + a.passes_per_block * a.heads_per_pass);
-  const int units = a.tokens_per_block * a.passes_per_block;  // (token slot, pass) pairs, pass fastest
+  const int64_t total = static_cast<int64_t>(a.num_tokens) * H * TPH;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kPrologueThreads * kItems) + threadIdx.x;
 
-  // unit u of this thread: token slot u / passes, head h_begin + (u % passes) * heads_per_pass + hs
-  auto unit = [&](int u, int& tb, int& h) {
-    tb = u / a.passes_per_block;
-    h = h_begin + (u - tb * a.passes_per_block) * a.heads_per_pass + hs;
-    return slot_ok && h < h_end && t0 + tb < a.num_tokens;
-  };
-  auto load_units = [&](int u0, uint4 (&raw)[kItems]) {
-#pragma unroll
-    for (int it = 0; it < kItems; ++it) {
-      int tb, h;
-      if (u0 + it < units && unit(u0 + it, tb, h)) {
-        raw[it] = __ldcs(reinterpret_cast<const uint4*>(a.qkv + static_cast<int64_t>(t0 + tb) * a.qkv_stride +
-                                                        h * D + j * 8));
-      }
-    }
-  };
-
-  // ---- the first units' loads go out before anything else
+  // ---- loads of every item first
   uint4 raw[kItems];
-  load_units(0, raw);
-
-  // ---- per-token values and per-element constants in shared memory
-  __shared__ TokenInfo s_tok[TB];
-  __shared__ __align__(16) float s_qw[D], s_kw[D], s_c[TB][D], s_s[TB][D];
-  auto position = [&](int t) {
-    return a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
-                          : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
-  };
-  if (threadIdx.x < a.tokens_per_block) {
-    const int tb = threadIdx.x, t = t0 + tb;
-    TokenInfo info{0, 0, 0};
-    if (t < a.num_tokens) {
-      const int64_t p = position(t);
-      const int64_t slot = a.slot_mapping[t];
-      const bool count = chunk == 0;  // count each token once
-      if (p < 0 || p >= a.max_position) {  // untrusted: skip the whole token
-        if (count) atomicAdd(&a.err[kErrPosition], 1);
-      } else if (slot == -1) {  // padding token: q only
-        info.state = 1;
-      } else if (slot < 0 || slot >= a.num_slots) {
-        if (count) atomicAdd(&a.err[kErrSlot], 1);
-        info.state = 1;
-      } else {
-        const int64_t blk = slot / a.block_size;
-        const int64_t off = slot - blk * a.block_size;
-        info.k_base = blk * a.ks_block + off * a.ks_token;
-        info.v_base = blk * a.vs_block + off * a.vs_token;
-        info.state = 2;
-      }
-    }
-    s_tok[tb] = info;
-  }
-  for (int e = threadIdx.x; e < D; e += blockDim.x) {
-    s_qw[e] = a.q_w != nullptr ? load1(a.q_w, a.w_f32, e) : 1.f;
-    s_kw[e] = a.k_w != nullptr ? load1(a.k_w, a.w_f32, e) : 1.f;
-  }
-  {
-    const int half = a.rotary_dim / 2;
-    const int es = a.cos_sin_f32 ? 4 : 2;
-    for (int i = threadIdx.x; i < a.tokens_per_block * D; i += blockDim.x) {
-      const int tb = i / D, e = i - tb * D;
-      float c = 1.f, sn = 0.f;
-      const int t = t0 + tb;
-      if (e < a.rotary_dim && t < a.num_tokens) {
-        const int64_t p = position(t);
-        if (p >= 0 && p < a.max_position) {
-          const uint8_t* cs = static_cast<const uint8_t*>(a.cos_sin) + p * a.cs_stride * es;
-          const int r = a.is_neox ? (e < half ? e : e - half) : e / 2;
-          c = load1(cs, a.cos_sin_f32, r);
-          sn = load1(cs, a.cos_sin_f32, half + r);
-        }
-      }
-      s_c[tb][e] = c, s_s[tb][e] = sn;
+  int64_t pos[kItems];
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t g = base + it * kPrologueThreads;
+    raw[it] = make_uint4(0u, 0u, 0u, 0u);
+    pos[it] = 0;
+    if (g < total) {
+      const int64_t hv = g / TPH;
+      const int j = static_cast<int>(g - hv * TPH);
+      const int64_t t = hv / H;
+      const int h = static_cast<int>(hv - t * H);
+      raw[it] = *reinterpret_cast<const uint4*>(a.qkv + t * a.qkv_stride + static_cast<int64_t>(h) * D + j * 8);
+      pos[it] = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
+                               : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
     }
   }
-  const bool rotated = j * 8 < a.rotary_dim;
-  const bool first = j * 8 < a.rotary_dim / 2;
-  // NeoX partner of element e is e +- r/2: the same slot of the lane r/16 lanes away
-  const int partner = !(a.is_neox && rotated) ? lane : (first ? lane + a.rotary_dim / 16 : lane - a.rotary_dim / 16);
-  const float k_inv = a.kv_fp8 && a.k_scale != nullptr ? 1.f / *a.k_scale : 1.f;
-  const float v_inv = a.kv_fp8 && a.v_scale != nullptr ? 1.f / *a.v_scale : 1.f;
-  const int qes = a.q_fp8 ? 1 : 2;
-  const int kves = a.kv_fp8 ? 1 : 2;
-  __syncthreads();
 
-  for (int u0 = 0; u0 < units; u0 += kItems) {
-    if (u0 != 0) load_units(u0, raw);
 #pragma unroll
-    for (int it = 0; it < kItems; ++it) {
-      int tb, h;
-      if (u0 + it >= units || !unit(u0 + it, tb, h)) continue;  // whole head groups drop out together
-      const TokenInfo info = s_tok[tb];
-      if (info.state == 0) continue;
-      const int t = t0 + tb;
-      float x[8];
-      bf16x8_to_float(raw[it], x);
-      const float* c = s_c[tb] + j * 8;
-      const float* sn = s_s[tb] + j * 8;
-      if (h < a.hq) {  // ---- q
-        if (a.q_w != nullptr && a.norm_first) rms_norm<TPH>(x, s_qw + j * 8, a.eps, mask);
-        rope<TPH>(x, c, sn, rotated, first, partner, a.is_neox, mask);
-        if (a.q_w != nullptr && !a.norm_first) rms_norm<TPH>(x, s_qw + j * 8, a.eps, mask);
-        uint8_t* dst = a.q_out + (static_cast<int64_t>(t) * a.qo_token + static_cast<int64_t>(h) * a.qo_head + j * 8) * qes;
-        if (a.q_fp8) {
-          float amax = 0.f;
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t g = base + it * kPrologueThreads;
+    if (g >= total) continue;  // whole head groups drop out together (total is a multiple of TPH)
+    const int64_t hv = g / TPH;
+    const int j = static_cast<int>(g - hv * TPH);
+    const int64_t t = hv / H;
+    const int h = static_cast<int>(hv - t * H);
+    const int64_t p = pos[it];
+    if (p < 0 || p >= a.max_position) {  // untrusted: skip the whole token, count it once
+      if (h == 0 && j == 0) atomicAdd(&a.err[kErrPosition], 1);
+      continue;
+    }
+    const int kind = h < a.hq ? 0 : (h < a.hq + a.hkv ? 1 : 2);  // q, k, v
+    float x[8];
+    bf16x8_to_float(raw[it], x);
+    if (kind != 2) {
+      const void* w = kind == 0 ? a.q_w : a.k_w;
+      if (w != nullptr && a.norm_first) rms_norm<TPH>(x, w, a.w_f32, j, a.eps, mask);
+      rope<TPH>(x, a, p, j, lane, mask);
+      if (w != nullptr && !a.norm_first) rms_norm<TPH>(x, w, a.w_f32, j, a.eps, mask);
+    }
+    if (kind == 0) {
+      uint8_t* dst = a.q_out + (t * a.qo_token + static_cast<int64_t>(h) * a.qo_head + j * 8) * (a.q_fp8 ? 1 : 2);
+      if (a.q_fp8) {
+        float amax = 0.f;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
-          amax = group_max<TPH>(amax, mask);
-          const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
-          *reinterpret_cast<uint2*>(dst) = fp8x8(x, 1.f / scale);
-          if (j == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
-        } else {
-          *reinterpret_cast<uint4*>(dst) = bf16x8(x);
-        }
-        continue;
-      }
-      if (info.state != 2) continue;
-      const bool is_k = h < a.hq + a.hkv;
-      if (is_k) {  // ---- k
-        if (a.k_w != nullptr && a.norm_first) rms_norm<TPH>(x, s_kw + j * 8, a.eps, mask);
-        rope<TPH>(x, c, sn, rotated, first, partner, a.is_neox, mask);
-        if (a.k_w != nullptr && !a.norm_first) rms_norm<TPH>(x, s_kw + j * 8, a.eps, mask);
-      }
-      const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
-      const int64_t idx = (is_k ? info.k_base + head * a.ks_head : info.v_base + head * a.vs_head) + j * 8;
-      uint8_t* dst = (is_k ? a.k_cache : a.v_cache) + idx * kves;
-      if (a.kv_fp8) {
-        *reinterpret_cast<uint2*>(dst) = fp8x8(x, is_k ? k_inv : v_inv);
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        amax = group_max<TPH>(amax, mask);
+        const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
+        const float inv = 1.f / scale;  // one division per lane, not eight (this kernel is issue-bound)
+        uint2 q8;
+        q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
+               (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
+        q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
+               (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
+        *reinterpret_cast<uint2*>(dst) = q8;
+        if (j == 0) a.q_scale_out[t * a.hq + h] = scale;
       } else {
-        *reinterpret_cast<uint4*>(dst) = bf16x8(x);
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
       }
+      continue;
+    }
+    const int64_t slot = a.slot_mapping[t];
+    if (slot == -1) continue;  // padding token
+    if (slot < 0 || slot >= a.num_slots) {
+      if (h == a.hq && j == 0) atomicAdd(&a.err[kErrSlot], 1);
+      continue;
+    }
+    const int64_t blk = slot / a.block_size;
+    const int64_t off = slot - blk * a.block_size;
+    const bool is_k = kind == 1;
+    const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
+    const int64_t idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
+                             : blk * a.vs_block + off * a.vs_token + head * a.vs_head;
+    uint8_t* cache = is_k ? a.k_cache : a.v_cache;
+    if (a.kv_fp8) {
+      const float* sp = is_k ? a.k_scale : a.v_scale;
+      const float inv = sp != nullptr ? 1.f / *sp : 1.f;
+      uint2 q8;
+      q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
+             (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
+      q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
+             (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
+      *reinterpret_cast<uint2*>(cache + idx + j * 8) = q8;
+    } else {
+      *reinterpret_cast<uint4*>(cache + (idx + j * 8) * 2) =
+          make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
     }
   }
 }
