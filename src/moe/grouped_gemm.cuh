@@ -24,6 +24,7 @@
 #include <cuda_fp8.h>
 
 #include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "hopperkit/moe/heuristics.h"
 #include "moe/kernel_args.h"
 
@@ -38,8 +39,11 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 64, "block_m");
-  static constexpr int kWarpsM = BM == 16 ? 1 : 2;
-  static constexpr int kWarpsN = 4;
+  // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
+  // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
+  static constexpr bool kWgmma = BM == 64;
+  static constexpr int kWarpsM = BM == 16 ? 1 : 4;
+  static constexpr int kWarpsN = BM == 16 ? 4 : 2;
   static constexpr int kConsumerWarps = kWarpsM * kWarpsN;
   static constexpr int kConsumerThreads = 32 * kConsumerWarps;
   static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
@@ -206,7 +210,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
 
   // ------------------------------------------------------------------ consumer warps
-  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
+  // wgmma: warpgroup wn = warp / 4 takes weight rows [wn * kWN, ...), its warp wm = warp % 4 rows 16 wm ...
+  const int wm = C::kWgmma ? warp % C::kWarpsM : warp / C::kWarpsN;
+  const int wn = C::kWgmma ? warp / C::kWarpsM : warp % C::kWarpsN;
   const int g = lane >> 2, t4 = lane & 3;
   auto consumer_sync = [] { named_bar_sync(1, C::kConsumerThreads); };
 
@@ -230,7 +236,28 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
       const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
       const uint32_t sb = sa + C::kABytes;
-      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4]) {
+      // accumulate 0: d = this stage's product (wgmma only; mma.sync callers zero d first)
+      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
+        if constexpr (C::kWgmma) {
+          // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
+          // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < C::kBK / 32; ++kk) {
+            const uint64_t da = gmma_desc_sw128(sa + kk * 32);
+            const int acc_in = kk > 0 || accumulate;
+            if constexpr (kGateUp) {
+              constexpr int kN = C::kWN / 2;
+              wgmma_m64k32_e4m3<kN, 0>(d[0], da, gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32), acc_in);
+              wgmma_m64k32_e4m3<kN, C::kNT / 2>(
+                  d[0], da, gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32), acc_in);
+            } else {
+              wgmma_m64k32_e4m3<C::kWN, 0>(d[0], da, gmma_desc_sw128(sb + (wn * C::kWN) * 128 + kk * 32), acc_in);
+            }
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+        } else {
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
           uint32_t af[C::kMT][4];
@@ -260,18 +287,21 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             }
           }
         }
+        }
       };
       if constexpr (!kBlock) {
-        mma_stage(acc);
+        mma_stage(acc, 1);
       } else {
         float part[C::kMT][C::kNT][4];
+        if constexpr (!C::kWgmma) {
 #pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt)
+          for (int mt = 0; mt < C::kMT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt)
+            for (int nt = 0; nt < C::kNT; ++nt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
-        mma_stage(part);
+              for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
+        }
+        mma_stage(part, 0);
         const float* sc = s_scale + slot * C::kScaleFloats;
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt) {

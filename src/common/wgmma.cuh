@@ -1,0 +1,67 @@
+// hopperkit: Hopper warpgroup MMA (wgmma) for FP8 e4m3 with fp32 accumulators, operands in shared memory.
+//
+// Both operands are K-major tiles of 128-byte rows with the 128-byte swizzle (what TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_128B from a 1 KB aligned base, and what swz() in the MoE GEMM reproduces for cp.async).
+// A wgmma of shape m64nNk32 reads 32 bytes of K: the descriptor's start address moves by 32 bytes per k step
+// inside the 128-byte swizzle atom. The accumulator layout per warp w of the warpgroup equals that of N/8
+// mma.sync m16n8 tiles for rows 16w..16w+15: d[i][0..1] = row g, columns 8i + 2 t4 (+1); d[i][2..3] = row g + 8.
+#pragma once
+
+#include <cstdint>
+
+namespace hopperkit {
+namespace ptx {
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row core-matrix groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_byte_addr) {
+  uint64_t d = static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4);  // bits 0-13: start address / 16
+  d |= static_cast<uint64_t>(1) << 16;                                   // bits 16-29: leading offset (unused)
+  d |= static_cast<uint64_t>(1024 >> 4) << 32;                           // bits 32-45: stride offset / 16
+  d |= static_cast<uint64_t>(1) << 62;                                   // bits 62-63: 1 = 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// d[NT0 .. NT0 + N/8) (+)= A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out;
+// accumulate 0: d = A B (d's previous values are not read).
+template <int N, int NT0, int NT>
+__device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b,
+                                                  int accumulate = 1) {
+  static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
+  static_assert(NT0 + N / 8 <= NT, "accumulator slice");
+  if constexpr (N == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[NT0 + 0][0]), "+f"(d[NT0 + 0][1]), "+f"(d[NT0 + 0][2]), "+f"(d[NT0 + 0][3]),
+          "+f"(d[NT0 + 1][0]), "+f"(d[NT0 + 1][1]), "+f"(d[NT0 + 1][2]), "+f"(d[NT0 + 1][3]),
+          "+f"(d[NT0 + 2][0]), "+f"(d[NT0 + 2][1]), "+f"(d[NT0 + 2][2]), "+f"(d[NT0 + 2][3]),
+          "+f"(d[NT0 + 3][0]), "+f"(d[NT0 + 3][1]), "+f"(d[NT0 + 3][2]), "+f"(d[NT0 + 3][3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[NT0 + 0][0]), "+f"(d[NT0 + 0][1]), "+f"(d[NT0 + 0][2]), "+f"(d[NT0 + 0][3]),
+          "+f"(d[NT0 + 1][0]), "+f"(d[NT0 + 1][1]), "+f"(d[NT0 + 1][2]), "+f"(d[NT0 + 1][3]),
+          "+f"(d[NT0 + 2][0]), "+f"(d[NT0 + 2][1]), "+f"(d[NT0 + 2][2]), "+f"(d[NT0 + 2][3]),
+          "+f"(d[NT0 + 3][0]), "+f"(d[NT0 + 3][1]), "+f"(d[NT0 + 3][2]), "+f"(d[NT0 + 3][3]),
+          "+f"(d[NT0 + 4][0]), "+f"(d[NT0 + 4][1]), "+f"(d[NT0 + 4][2]), "+f"(d[NT0 + 4][3]),
+          "+f"(d[NT0 + 5][0]), "+f"(d[NT0 + 5][1]), "+f"(d[NT0 + 5][2]), "+f"(d[NT0 + 5][3]),
+          "+f"(d[NT0 + 6][0]), "+f"(d[NT0 + 6][1]), "+f"(d[NT0 + 6][2]), "+f"(d[NT0 + 6][3]),
+          "+f"(d[NT0 + 7][0]), "+f"(d[NT0 + 7][1]), "+f"(d[NT0 + 7][2]), "+f"(d[NT0 + 7][3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+}
+
+}  // namespace ptx
+}  // namespace hopperkit
