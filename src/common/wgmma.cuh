@@ -21,6 +21,12 @@ __device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_byte_addr) {
   return d;
 }
 
+// wgmma reads shared memory through the async proxy: operands written by the generic proxy (st.shared, cp.async)
+// need this fence, by the reading thread after it has observed the writes (e.g. after its mbarrier wait).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>

@@ -240,7 +240,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
         if constexpr (C::kWgmma) {
           // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
-          // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows
+          // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
+          // The A rows arrived by cp.async (generic proxy): fence them for wgmma's async-proxy reads.
+          fence_proxy_async_shared();
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < C::kBK / 32; ++kk) {
