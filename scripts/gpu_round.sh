@@ -3,6 +3,7 @@
 #   build + install, the whole GPU test suite ("N passed, N failed"), optional compute-sanitizer pass,
 #   and a quick benchmark. Results and logs go to $OUT (default ./gpu_round_out).
 # Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--benches decode,prologue,moe] [--sanitize] [--tests EXPR]
+#                             [--bench-if-green]  (skip the benchmarks unless every selected test passed)
 # $OUT gets: tests.log, bench.log, sanitize.log (--sanitize), {decode,prologue,moe}.{json,png} for the
 # benchmarks run (build.log only when the build fails). The device returns at most 8 files: with --sanitize,
 # run at most two benchmarks. A copy of the tree without .git names its commit through
@@ -12,12 +13,13 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_round_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-BENCH=quick; SANITIZE=0; TESTS=""; BENCHES="decode,prologue,moe"
+BENCH=quick; SANITIZE=0; TESTS=""; BENCHES="decode,prologue,moe"; BENCH_IF_GREEN=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) BENCH=none ;;
     --full-bench) BENCH=full ;;
     --sanitize) SANITIZE=1 ;;
+    --bench-if-green) BENCH_IF_GREEN=1 ;;
     --tests) TESTS="$2"; shift ;;
     --benches) BENCHES="$2"; shift ;;
   esac
@@ -65,7 +67,7 @@ TO=(); $PY -c "import pytest_timeout" 2>/dev/null && TO=(--timeout "${TEST_TIMEO
 timeout "${TEST_TIMEOUT:-300}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml=/tmp/hk_junit.xml \
   "${TO[@]}" "${K[@]}" > "$OUT/tests.log" 2>&1 || echo "pytest exit status $?"
 grep -E "^(FAILED|ERROR)|HK_TEST_SEED" "$OUT/tests.log" | head -40
-$PY - /tmp/hk_junit.xml <<'PYEOF'
+SUMMARY=$($PY - /tmp/hk_junit.xml <<'PYEOF'
 import sys, xml.etree.ElementTree as ET
 try:
     r = ET.parse(sys.argv[1]).getroot()
@@ -75,7 +77,11 @@ s = r if r.tag == "testsuite" else r.find("testsuite")
 t, f, e, sk = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
 print(f"GPU tests: {t - f - e - sk} passed, {f + e} failed ({sk} skipped)")
 PYEOF
+)
+echo "$SUMMARY"
 tail -3 "$OUT/tests.log"
+# --bench-if-green: no benchmark after a failed (or missing) test run
+if [ "$BENCH_IF_GREEN" = 1 ] && ! [[ "$SUMMARY" =~ \ 0\ failed ]]; then stamp "tests not green: benchmarks skipped"; BENCH=none; fi
 
 # ---- 3. compute-sanitizer over a representative subset
 if [ "$SANITIZE" = 1 ]; then
