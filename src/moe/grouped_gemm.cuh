@@ -291,8 +291,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
         }
       };
-      if constexpr (!kBlock) {
+      if constexpr (!kBlock && !C::kWgmma) {
         mma_stage(acc, 1);
+      } else if constexpr (!kBlock) {
+        // wgmma's FP8 accumulation keeps fewer bits than fp32: each 128-deep stage is summed on its own and
+        // added to the fp32 accumulators here (two-level accumulation, as block-wise scaling does anyway)
+        float part[C::kMT][C::kNT][4];
+        mma_stage(part, 0);
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
       } else {
         float part[C::kMT][C::kNT][4];
         if constexpr (!C::kWgmma) {
