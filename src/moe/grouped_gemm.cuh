@@ -79,6 +79,17 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 
+// f(mt, nt, i) over every element of a [MT][NT][4] accumulator tile (fully unrolled: the tiles stay in registers)
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_acc(F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f(mt, nt, i);
+}
+
 template <int BM, int BN, bool kGateUp, bool kBlock>
 __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap) {
@@ -217,14 +228,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto consumer_sync = [] { named_bar_sync(1, C::kConsumerThreads); };
 
   float acc[C::kMT][C::kNT][4];
-  auto zero_acc = [&]() {
-#pragma unroll
-    for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < C::kNT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-  };
+  auto zero_acc = [&]() { for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; }); };
   zero_acc();
 
   int step = 0;
@@ -298,21 +302,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         // added to the fp32 accumulators here (two-level accumulation, as block-wise scaling does anyway)
         float part[C::kMT][C::kNT][4];
         mma_stage(part, 0);
-#pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
+        for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] += part[mt][nt][i]; });
       } else {
         float part[C::kMT][C::kNT][4];
         if constexpr (!C::kWgmma) {
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < C::kNT; ++nt)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
+          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
         }
         mma_stage(part, 0);
         const float* sc = s_scale + slot * C::kScaleFloats;
@@ -338,13 +332,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (S > 1) {  // split K: park this slice's partial tile; the last slice to arrive sums all in slice order
       constexpr int kVals = C::kMT * C::kNT * 4;
       float* mine = a.split_partials + static_cast<int64_t>(item) * kVals * C::kConsumerThreads;
-#pragma unroll
-      for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < C::kNT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid, acc[mt][nt][i]);
+      for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
+        __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid, acc[mt][nt][i]);
+      });
       __threadfence();
       consumer_sync();
       if (tid == 0) s_last_slice = atomicAdd(a.split_counters + task, 1) == S - 1;
@@ -359,13 +349,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       zero_acc();
       for (int sl = 0; sl < S; ++sl) {
         const float* part = a.split_partials + static_cast<int64_t>(task * S + sl) * kVals * C::kConsumerThreads;
-#pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              acc[mt][nt][i] += __ldcg(part + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid);
+        for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
+          acc[mt][nt][i] += __ldcg(part + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid);
+        });
       }
       if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
     }
