@@ -2,8 +2,6 @@
 read once per process, so each n runs in its own process).
 
     python -m bench.moe_stages --cases hy3:tp8_ep1:per_tensor:4,deepseek-v3:tp1_ep8:block:4
-    python -m bench.moe_stages --splits 1,2,4,5,6,8 --cases ...   # whole op with split-K forced to each S
-                                                                   # (HOPPERKIT_MOE_SPLIT; 0 = the heuristic)
 """
 from __future__ import annotations
 
@@ -52,7 +50,6 @@ def main():
     ap.add_argument("--cases", default="hy3:tp8_ep1:per_tensor:4,deepseek-v3:tp1_ep8:block:4")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ncu", action="store_true", help="one profiled call per case, for ncu --profile-from-start off")
-    ap.add_argument("--splits", default=None, help="comma list of split-K slice counts to time the whole op with")
     args = ap.parse_args()
     if args.ncu:
         for c in args.cases.split(","):
@@ -62,16 +59,6 @@ def main():
         return
     if args.one:
         print(f"{time_case(*args.one.split(':')[:3], int(args.one.split(':')[3])):.1f}")
-        return
-    if args.splits:
-        for c in args.cases.split(","):
-            times = []
-            for sp in args.splits.split(","):
-                env = dict(os.environ, HOPPERKIT_MOE_SPLIT=sp)
-                r = subprocess.run([sys.executable, "-m", "bench.moe_stages", "--one", c], env=env,
-                                   capture_output=True, text=True)
-                times.append(f"S={sp}: " + (r.stdout.strip().splitlines()[-1] if r.returncode == 0 else "err"))
-            print(f"{c}: " + " | ".join(f"{t} us" for t in times), flush=True)
         return
     for c in args.cases.split(","):
         times = []

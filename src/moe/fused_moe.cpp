@@ -90,11 +90,6 @@ void fused_moe(const MoeParams& p) {
   }();
   static const bool no_split = std::getenv("HOPPERKIT_MOE_NO_SPLIT") != nullptr;  // profiling aid
   a.allow_split = no_split ? 0 : 1;
-  static const int force_split = [] {  // profiling aid: HOPPERKIT_MOE_SPLIT=n wants n slices (clamped)
-    const char* v = std::getenv("HOPPERKIT_MOE_SPLIT");
-    return v ? std::atoi(v) : 0;
-  }();
-  a.force_split = force_split;
   launch_moe_prep(a, p.stream);
   if (stages >= 2) launch_moe_gate_up(a, p.stream);
   if (stages >= 3) launch_moe_down(a, p.stream);

@@ -33,7 +33,6 @@ struct MoeKernelArgs {
   int block_m;                // 16 or 64
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
   int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
-  int force_split;            // > 0: slices wanted instead of split_k_slices' choice (profiling aid)
   // ---- workspace (see workspace_layout.h)
   int32_t* counters;          // [0] num_tiles, [1] dropped rows
   int32_t* expert_offset;     // [E + 1]

@@ -34,11 +34,6 @@ TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(10, 264, 2), 2);     // never more slices than 128-deep K steps
   EXPECT_EQ(split_k_slices(10, 10000, 64), kMaxSplit);
   EXPECT_EQ(split_k_slices(0, 264, 32), 1);
-  EXPECT_EQ(clamp_split_slices(6, 96, 32), 6);   // a valid wish stands
-  EXPECT_EQ(clamp_split_slices(20, 96, 32), kMaxSplit);
-  EXPECT_EQ(clamp_split_slices(8, 96, 3), 3);    // one K step per slice at least
-  EXPECT_EQ(clamp_split_slices(8, 300, 32), 3);  // 300 x 3 partial tiles fit the workspace, 300 x 4 do not
-  EXPECT_EQ(clamp_split_slices(0, 96, 32), 1);
   for (int tasks = 1; tasks < 3000; tasks += 7) {  // the partial tiles always fit the workspace
     const int s = split_k_slices(tasks, 1000, 64);
     EXPECT_TRUE(s == 1 || tasks * s <= kSplitSlices) << tasks;

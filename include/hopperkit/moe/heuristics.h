@@ -45,19 +45,14 @@ constexpr int kTileK = 128;
 constexpr int kMaxSplit = 8;
 constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
 constexpr int kSplitSliceFloats = 16 * 256;   // the largest 16-row tile (256 weight rows)
-// A wanted slice count made valid: at most kMaxSplit, at most one slice per K step, tasks x S partial tiles
-// within the workspace, at least 1.
-HK_MOE_HD int clamp_split_slices(int s, int tasks, int k_steps) {
+HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps) {
   if (tasks <= 0) return 1;
+  int s = 2 * ctas / tasks;                   // up to two slices per CTA: short slices, balanced waves
   s = s < kMaxSplit ? s : kMaxSplit;
   s = s < k_steps ? s : k_steps;
   s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
   return s > 1 ? s : 1;
-}
-HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps) {
-  if (tasks <= 0) return 1;
-  return clamp_split_slices(2 * ctas / tasks, tasks, k_steps);  // up to two slices per CTA: balanced waves
-}
+}  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
 // Upper bound of the tiles of one routing: every expert's last tile may be partial.
 HK_MOE_HD int64_t max_tiles(int64_t num_tokens, int top_k, int num_local_experts, int bm) {
