@@ -265,34 +265,34 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           wgmma_wait<0>();
         } else {
 #pragma unroll
-        for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          uint32_t af[C::kMT][4];
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt) {
-            const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-          }
-#pragma unroll
-          for (int np = 0; np < C::kNT / 2; ++np) {
-            // gate-up: pairs [0, kNT/4) are this warp's gate rows, the rest its up rows (second box)
-            int base;
-            if (kGateUp) {
-              constexpr int kHalfPairs = C::kNT / 4;
-              base = np < kHalfPairs ? wn * (C::kWN / 2) + np * 16
-                                     : C::kBoxRows + wn * (C::kWN / 2) + (np - kHalfPairs) * 16;
-            } else {
-              base = wn * C::kWN + np * 16;
-            }
-            const int r = base + (lane & 7) + ((lane >> 4) & 1) * 8;
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+          for (int kk = 0; kk < C::kBK / 32; ++kk) {
+            uint32_t af[C::kMT][4];
 #pragma unroll
             for (int mt = 0; mt < C::kMT; ++mt) {
-              mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
-              mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
+              const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+              ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+            }
+#pragma unroll
+            for (int np = 0; np < C::kNT / 2; ++np) {
+              // gate-up: pairs [0, kNT/4) are this warp's gate rows, the rest its up rows (second box)
+              int base;
+              if (kGateUp) {
+                constexpr int kHalfPairs = C::kNT / 4;
+                base = np < kHalfPairs ? wn * (C::kWN / 2) + np * 16
+                                       : C::kBoxRows + wn * (C::kWN / 2) + (np - kHalfPairs) * 16;
+              } else {
+                base = wn * C::kWN + np * 16;
+              }
+              const int r = base + (lane & 7) + ((lane >> 4) & 1) * 8;
+              uint32_t b0, b1, b2, b3;
+              ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+#pragma unroll
+              for (int mt = 0; mt < C::kMT; ++mt) {
+                mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
+                mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
+              }
             }
           }
-        }
         }
       };
       if constexpr (!kBlock && !C::kWgmma) {
