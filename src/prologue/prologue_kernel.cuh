@@ -180,12 +180,14 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(co
   uint4 raw[kItems];
   int64_t pos[kItems];
   int tok[kItems], head_of[kItems];
+  int64_t slot_of[kItems];  // k/v items: the token's cache slot, loaded with the row (not after the math)
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
     const int g = base + it * kPrologueThreads;
     raw[it] = make_uint4(0u, 0u, 0u, 0u);
     pos[it] = 0;
     tok[it] = 0, head_of[it] = 0;
+    slot_of[it] = -1;
     if (g < total) {
       const int hv = g / TPH;
       const int t = static_cast<int>(fast_div(static_cast<uint32_t>(hv), a.div_heads));
@@ -194,6 +196,7 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(co
       raw[it] = *reinterpret_cast<const uint4*>(a.qkv + static_cast<int64_t>(t) * a.qkv_stride + h * D + j * 8);
       pos[it] = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
                                : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
+      if (h >= a.hq) slot_of[it] = a.slot_mapping[t];
     }
   }
 
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(co
       }
       continue;
     }
-    const int64_t slot = a.slot_mapping[t];
+    const int64_t slot = slot_of[it];
     if (slot == -1) continue;  // padding token
     if (slot < 0 || slot >= a.num_slots) {
       if (h == a.hq && j == 0) atomicAdd(&a.err[kErrSlot], 1);
