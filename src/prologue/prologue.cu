@@ -126,6 +126,13 @@ void attention_prologue(const PrologueParams& p) {
   a.hq = p.num_q_heads;
   a.hkv = p.num_kv_heads;
   const int64_t threads = static_cast<int64_t>(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads) * (p.head_dim / 8);
+  // the kernel indexes vectors and cache slots in 32 bits
+  HK_CHECK(kUnsupported, threads + static_cast<int64_t>(kPrologueThreads) * kItems < (int64_t{1} << 31), "qkv",
+           "num_tokens x heads x head_dim / 8 below 2^31", threads);
+  HK_CHECK(kUnsupported, a.num_slots < (int64_t{1} << 31), "k_cache", "num_blocks x block_size below 2^31",
+           a.num_slots);
+  a.div_heads = make_fast_div(static_cast<uint32_t>(p.num_q_heads + 2 * p.num_kv_heads));
+  a.div_block = make_fast_div(static_cast<uint32_t>(p.block_size));
   const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
   const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
   // one list of supported head dims; the default branch reports the value (validation catches it first)

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "hopperkit/fast_div.h"
 #include "hopperkit/prologue/prologue.h"
 
 namespace hopperkit {
@@ -55,6 +56,8 @@ struct PrologueArgs {
   int* err;
   int num_tokens;
   int hq, hkv;
+  FastDiv div_heads;       // by hq + 2 hkv (vector index / TPH / heads -> token); tokens x heads x D/8 < 2^31
+  FastDiv div_block;       // by block_size (slot -> block); num_slots < 2^31
 };
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&x)[8]) {
@@ -169,36 +172,40 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(co
   const int lane = threadIdx.x & 31;
   const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
   const int H = a.hq + 2 * a.hkv;
-  const int64_t total = static_cast<int64_t>(a.num_tokens) * H * TPH;
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kPrologueThreads * kItems) + threadIdx.x;
+  const int total = a.num_tokens * H * TPH;  // < 2^31, checked on the host
+  const int base = blockIdx.x * (kPrologueThreads * kItems) + threadIdx.x;
+  const int j = threadIdx.x % TPH;           // the same vector of every item: kPrologueThreads is a multiple of TPH
 
-  // ---- loads of every item first
+  // ---- loads of every item first; each item's (token, head) once
   uint4 raw[kItems];
   int64_t pos[kItems];
+  int tok[kItems], head_of[kItems];
+  int64_t slot_of[kItems];  // k/v items: the token's cache slot, loaded with the row (not after the math)
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
-    const int64_t g = base + it * kPrologueThreads;
+    const int g = base + it * kPrologueThreads;
     raw[it] = make_uint4(0u, 0u, 0u, 0u);
     pos[it] = 0;
+    tok[it] = 0, head_of[it] = 0;
+    slot_of[it] = -1;
     if (g < total) {
-      const int64_t hv = g / TPH;
-      const int j = static_cast<int>(g - hv * TPH);
-      const int64_t t = hv / H;
-      const int h = static_cast<int>(hv - t * H);
-      raw[it] = *reinterpret_cast<const uint4*>(a.qkv + t * a.qkv_stride + static_cast<int64_t>(h) * D + j * 8);
+      const int hv = g / TPH;
+      const int t = static_cast<int>(fast_div(static_cast<uint32_t>(hv), a.div_heads));
+      const int h = hv - t * H;
+      tok[it] = t, head_of[it] = h;
+      raw[it] = *reinterpret_cast<const uint4*>(a.qkv + static_cast<int64_t>(t) * a.qkv_stride + h * D + j * 8);
       pos[it] = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
                                : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
+      if (h >= a.hq) slot_of[it] = a.slot_mapping[t];
     }
   }
 
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
-    const int64_t g = base + it * kPrologueThreads;
+    const int g = base + it * kPrologueThreads;
     if (g >= total) continue;  // whole head groups drop out together (total is a multiple of TPH)
-    const int64_t hv = g / TPH;
-    const int j = static_cast<int>(g - hv * TPH);
-    const int64_t t = hv / H;
-    const int h = static_cast<int>(hv - t * H);
+    const int t = tok[it];
+    const int h = head_of[it];
     const int64_t p = pos[it];
     if (p < 0 || p >= a.max_position) {  // untrusted: skip the whole token, count it once
       if (h == 0 && j == 0) atomicAdd(&a.err[kErrPosition], 1);
@@ -214,7 +221,8 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(co
       if (w != nullptr && !a.norm_first) rms_norm<TPH>(x, w, a.w_f32, j, a.eps, mask);
     }
     if (kind == 0) {
-      uint8_t* dst = a.q_out + (t * a.qo_token + static_cast<int64_t>(h) * a.qo_head + j * 8) * (a.q_fp8 ? 1 : 2);
+      uint8_t* dst =
+          a.q_out + (static_cast<int64_t>(t) * a.qo_token + static_cast<int64_t>(h) * a.qo_head + j * 8) * (a.q_fp8 ? 1 : 2);
       if (a.q_fp8) {
         float amax = 0.f;
 #pragma unroll
@@ -228,21 +236,21 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(co
         q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
                (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
         *reinterpret_cast<uint2*>(dst) = q8;
-        if (j == 0) a.q_scale_out[t * a.hq + h] = scale;
+        if (j == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
       } else {
         *reinterpret_cast<uint4*>(dst) =
             make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
       }
       continue;
     }
-    const int64_t slot = a.slot_mapping[t];
+    const int64_t slot = slot_of[it];
     if (slot == -1) continue;  // padding token
     if (slot < 0 || slot >= a.num_slots) {
       if (h == a.hq && j == 0) atomicAdd(&a.err[kErrSlot], 1);
       continue;
     }
-    const int64_t blk = slot / a.block_size;
-    const int64_t off = slot - blk * a.block_size;
+    const int blk = static_cast<int>(fast_div(static_cast<uint32_t>(slot), a.div_block));
+    const int off = static_cast<int>(slot) - blk * a.block_size;
     const bool is_k = kind == 1;
     const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
     const int64_t idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
