@@ -18,8 +18,9 @@ if [ "${1:-}" != "--skip-build" ]; then
   $PY -m pip install --no-build-isolation --no-deps -q . > /tmp/hk_build.log 2>&1 || { tail -30 /tmp/hk_build.log; exit 1; }
 fi
 if [ ! -d bench/anchors ] && [ -d ../shared/anchors ]; then mkdir -p bench/anchors && cp ../shared/anchors/*.json bench/anchors/; fi
-SECTIONS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
-          --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis)
+SECTIONS=(--print-details all --section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
+          --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
+          --section SourceCounters)
 NCU=(ncu --clock-control none --profile-from-start off "${SECTIONS[@]}")
 digest() {
   echo "==== $1"
