@@ -66,6 +66,18 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
   }
 }
 
+// mbar_wait as one PTX loop: no branch the compiler sees, so ptxas does not serialize wgmmas that are in flight
+// across it (it does across a C++ polling loop: warning C7518).
+__device__ __forceinline__ void mbar_wait_asm(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n"
+      "HK_MBAR_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra HK_MBAR_WAIT;\n\t}"
+      ::"r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+}
+
 // Arrive on `bar` once all of this thread's earlier cp.async copies have landed (count not incremented:
 // the barrier's expected count must include this arrival).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {

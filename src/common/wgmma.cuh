@@ -29,10 +29,25 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Pins a register that an in-flight wgmma writes: reads of it are not moved above the wgmma_wait before this.
+__device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+
+// Accumulator operand lists of a wgmma over d[NT0 .. NT0 + N/8): C is the constraint, "+f" (d is read and
+// written) or "=f" (d is only written: no false dependence on its previous values).
+#define HK_WGMMA_ACC4(C, nt) C(d[NT0 + nt][0]), C(d[NT0 + nt][1]), C(d[NT0 + nt][2]), C(d[NT0 + nt][3])
+#define HK_WGMMA_ACC32(C) HK_WGMMA_ACC4(C, 0), HK_WGMMA_ACC4(C, 1), HK_WGMMA_ACC4(C, 2), HK_WGMMA_ACC4(C, 3)
+#define HK_WGMMA_ACC64(C) HK_WGMMA_ACC32(C), HK_WGMMA_ACC4(C, 4), HK_WGMMA_ACC4(C, 5), HK_WGMMA_ACC4(C, 6), \
+                          HK_WGMMA_ACC4(C, 7)
+#define HK_WGMMA_RW(x) "+f"(x)
+#define HK_WGMMA_W(x) "=f"(x)
+#define HK_WGMMA_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define HK_WGMMA_REGS64                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
 // d[NT0 .. NT0 + N/8) (+)= A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out;
 // accumulate 0: d = A B (d's previous values are not read).
@@ -44,30 +59,44 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t de
   if constexpr (N == 32) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
-        : "+f"(d[NT0 + 0][0]), "+f"(d[NT0 + 0][1]), "+f"(d[NT0 + 0][2]), "+f"(d[NT0 + 0][3]),
-          "+f"(d[NT0 + 1][0]), "+f"(d[NT0 + 1][1]), "+f"(d[NT0 + 1][2]), "+f"(d[NT0 + 1][3]),
-          "+f"(d[NT0 + 2][0]), "+f"(d[NT0 + 2][1]), "+f"(d[NT0 + 2][2]), "+f"(d[NT0 + 2][3]),
-          "+f"(d[NT0 + 3][0]), "+f"(d[NT0 + 3][1]), "+f"(d[NT0 + 3][2]), "+f"(d[NT0 + 3][3])
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, p, 1, 1;\n}\n"
+        : HK_WGMMA_ACC32(HK_WGMMA_RW)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
   if constexpr (N == 64) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-        : "+f"(d[NT0 + 0][0]), "+f"(d[NT0 + 0][1]), "+f"(d[NT0 + 0][2]), "+f"(d[NT0 + 0][3]),
-          "+f"(d[NT0 + 1][0]), "+f"(d[NT0 + 1][1]), "+f"(d[NT0 + 1][2]), "+f"(d[NT0 + 1][3]),
-          "+f"(d[NT0 + 2][0]), "+f"(d[NT0 + 2][1]), "+f"(d[NT0 + 2][2]), "+f"(d[NT0 + 2][3]),
-          "+f"(d[NT0 + 3][0]), "+f"(d[NT0 + 3][1]), "+f"(d[NT0 + 3][2]), "+f"(d[NT0 + 3][3]),
-          "+f"(d[NT0 + 4][0]), "+f"(d[NT0 + 4][1]), "+f"(d[NT0 + 4][2]), "+f"(d[NT0 + 4][3]),
-          "+f"(d[NT0 + 5][0]), "+f"(d[NT0 + 5][1]), "+f"(d[NT0 + 5][2]), "+f"(d[NT0 + 5][3]),
-          "+f"(d[NT0 + 6][0]), "+f"(d[NT0 + 6][1]), "+f"(d[NT0 + 6][2]), "+f"(d[NT0 + 6][3]),
-          "+f"(d[NT0 + 7][0]), "+f"(d[NT0 + 7][1]), "+f"(d[NT0 + 7][2]), "+f"(d[NT0 + 7][3])
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, p, 1, 1;\n}\n"
+        : HK_WGMMA_ACC64(HK_WGMMA_RW)
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
 }
+
+// d[NT0 .. NT0 + N/8) = A x B^T (as above with accumulate 0), d declared write-only: a chain that starts with it
+// does not depend on d's earlier values, so ptxas can keep such chains in flight across loop iterations.
+template <int N, int NT0, int NT>
+__device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
+  static_assert(NT0 + N / 8 <= NT, "accumulator slice");
+  if constexpr (N == 32) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, 0, 1, 1;\n"
+                 : HK_WGMMA_ACC32(HK_WGMMA_W)
+                 : "l"(desc_a), "l"(desc_b));
+  }
+  if constexpr (N == 64) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, 0, 1, 1;\n"
+                 : HK_WGMMA_ACC64(HK_WGMMA_W)
+                 : "l"(desc_a), "l"(desc_b));
+  }
+}
+
+#undef HK_WGMMA_ACC4
+#undef HK_WGMMA_ACC32
+#undef HK_WGMMA_ACC64
+#undef HK_WGMMA_RW
+#undef HK_WGMMA_W
+#undef HK_WGMMA_REGS32
+#undef HK_WGMMA_REGS64
 
 }  // namespace ptx
 }  // namespace hopperkit

@@ -231,17 +231,45 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto zero_acc = [&]() { for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; }); };
   zero_acc();
 
+  // per-tensor 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below)
+  constexpr bool kPipe = C::kWgmma && !kBlock;
   int step = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int kb0, kb1;
     item_range(item, kb0, kb1);
-    for (int kt = kb0; kt < kb1; ++kt, ++step) {
-      const int slot = step % C::kStages;
-      mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
+    // The epilogue's inputs are loaded now and after the first stage (load_epilogue_inputs), so that their
+    // latency (tile -> expert scale / row ids: dependent global loads) hides behind the K loop.
+    const int task = item / S;
+    const int4 tile = a.tiles[task % num_tiles];
+    float out_scale = 1.f, a2 = 1.f;
+    int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
+    auto load_epilogue_inputs = [&] {
+      if (!kBlock) {
+        out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + tile.x)
+                            : __ldg(a.a2_scale) * __ldg(a.w2_scale + tile.x);
+        if (kGateUp) a2 = __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
+      }
+      if (!kGateUp) {
+#pragma unroll
+        for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+            row_id[mt][hh] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+          }
+      }
+    };
+    // Stage `st`'s MMAs into d. accumulate 0: d = this stage's product (wgmma only; mma.sync callers zero d
+    // first). wgmma: waits for the stage, issues and commits; the caller waits for the group.
+    auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4], int accumulate) {
+      const int slot = st % C::kStages;
+      if constexpr (kPipe) {
+        mbar_wait_asm(&full[slot], (st / C::kStages) & 1);
+      } else {
+        mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
+      }
       const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
       const uint32_t sb = sa + C::kABytes;
-      // accumulate 0: d = this stage's product (wgmma only; mma.sync callers zero d first)
-      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
         if constexpr (C::kWgmma) {
           // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
           // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
@@ -251,18 +279,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
           for (int kk = 0; kk < C::kBK / 32; ++kk) {
             const uint64_t da = gmma_desc_sw128(sa + kk * 32);
-            const int acc_in = kk > 0 || accumulate;
-            if constexpr (kGateUp) {
-              constexpr int kN = C::kWN / 2;
-              wgmma_m64k32_e4m3<kN, 0>(d[0], da, gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32), acc_in);
-              wgmma_m64k32_e4m3<kN, C::kNT / 2>(
-                  d[0], da, gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32), acc_in);
+            // a stage's first wgmma (accumulate 0) declares d write-only
+            constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
+            const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
+            const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
+            if (kk == 0 && !accumulate) {
+              wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
+              if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
             } else {
-              wgmma_m64k32_e4m3<C::kWN, 0>(d[0], da, gmma_desc_sw128(sb + (wn * C::kWN) * 128 + kk * 32), acc_in);
+              wgmma_m64k32_e4m3<kN, 0>(d[0], da, db0);
+              if constexpr (kGateUp) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
             }
           }
           wgmma_commit();
-          wgmma_wait<0>();
         } else {
 #pragma unroll
           for (int kk = 0; kk < C::kBK / 32; ++kk) {
@@ -294,15 +323,56 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             }
           }
         }
+    };
+    auto release = [&](int st) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[st % C::kStages]);  // this warp is done with the stage
+    };
+
+    if constexpr (kPipe) {
+      // wgmma's FP8 accumulation keeps fewer bits than fp32: each 128-deep stage is summed on its own (p0, p1
+      // in turn) and added to the fp32 accumulators once its group is complete, while the next stage's group
+      // runs (two-level accumulation, as block-wise scaling does anyway).
+      float p0[C::kMT][C::kNT][4], p1[C::kMT][C::kNT][4];
+      auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
+        for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
+          wgmma_fence_operand(d[mt][nt][i]);
+          acc[mt][nt][i] += d[mt][nt][i];
+        });
+        release(st);
       };
-      if constexpr (!kBlock && !C::kWgmma) {
+      const int n = kb1 - kb0;
+      mma_stage_at(step, p0, 0);
+      load_epilogue_inputs();
+      int j = 0;
+      for (; j + 2 < n; j += 2) {  // stage j is in flight in p0
+        mma_stage_at(step + j + 1, p1, 0);
+        wgmma_wait<1>();
+        retire(p0, step + j);
+        mma_stage_at(step + j + 2, p0, 0);
+        wgmma_wait<1>();
+        retire(p1, step + j + 1);
+      }
+      if (j + 1 < n) {  // the last two stages: j in flight in p0
+        mma_stage_at(step + j + 1, p1, 0);
+        wgmma_wait<1>();
+        retire(p0, step + j);
+        wgmma_wait<0>();
+        retire(p1, step + j + 1);
+      } else {
+        wgmma_wait<0>();
+        retire(p0, step + j);
+      }
+      step += n;
+    } else {
+    for (int kt = kb0; kt < kb1; ++kt, ++step) {
+      const int slot = step % C::kStages;
+      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
+        mma_stage_at(step, d, accumulate);
+        if constexpr (C::kWgmma) wgmma_wait<0>();
+      };
+      if constexpr (!kBlock) {
         mma_stage(acc, 1);
-      } else if constexpr (!kBlock) {
-        // wgmma's FP8 accumulation keeps fewer bits than fp32: each 128-deep stage is summed on its own and
-        // added to the fp32 accumulators here (two-level accumulation, as block-wise scaling does anyway)
-        float part[C::kMT][C::kNT][4];
-        mma_stage(part, 0);
-        for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] += part[mt][nt][i]; });
       } else {
         float part[C::kMT][C::kNT][4];
         if constexpr (!C::kWgmma) {
@@ -323,12 +393,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[slot]);  // this warp is done with the stage
+      if (kt == kb0) load_epilogue_inputs();
+      release(step);
+    }
     }
 
     // ---- end of a work item
-    const int task = item / S;
     if (S > 1) {  // split K: park this slice's partial tile; the last slice to arrive sums all in slice order
       constexpr int kVals = C::kMT * C::kNT * 4;
       float* mine = a.split_partials + static_cast<int64_t>(item) * kVals * C::kConsumerThreads;
@@ -355,16 +425,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
     }
-    const int4 tile = a.tiles[task % num_tiles];
-    const int e = tile.x, row_begin = tile.y, rows = tile.z;
+    const int row_begin = tile.y, rows = tile.z;
     const int n0 = (task / num_tiles) * cols_per_task;
-    float out_scale = 1.f;
-    if (!kBlock) {
-      out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + e) : __ldg(a.a2_scale) * __ldg(a.w2_scale + e);
-    }
     if (kGateUp) {
       constexpr int kHalf = C::kNT / 2;
-      const float a2 = kBlock ? 1.f : __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
       float h[C::kMT][kHalf][4];
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt)
@@ -423,10 +487,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       for (int mt = 0; mt < C::kMT; ++mt) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-          if (r >= rows) continue;
-          const int64_t row_id = a.sorted_rows[row_begin + r];
-          uint16_t* dst_row = a.y + row_id * H;
+          if (row_id[mt][hh] < 0) continue;
+          uint16_t* dst_row = a.y + static_cast<int64_t>(row_id[mt][hh]) * H;
 #pragma unroll
           for (int nt = 0; nt < C::kNT; ++nt) {
             const int n = n0 + wn * C::kWN + nt * 8 + 2 * t4;
