@@ -12,6 +12,8 @@
 //    which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
 //  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
 //    release the stage on its empty barrier. The ring runs continuously across work items.
+//  * 64-row tiles use wgmma (two consumer warpgroups) instead; with per-tensor scaling one stage's wgmma group
+//    stays in flight while the previous stage's sum is added and its slot released (wait_group 1).
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
 // scale x weight block scale).
 //
@@ -237,10 +239,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int kb0, kb1;
     item_range(item, kb0, kb1);
-    // The epilogue's inputs are loaded now and after the first stage (load_epilogue_inputs), so that their
-    // latency (tile -> expert scale / row ids: dependent global loads) hides behind the K loop.
+    // Per-tensor: the epilogue's inputs are loaded now and after the first stage (load_epilogue_inputs), so
+    // that their latency (tile -> expert scale / row ids: dependent global loads) hides behind the K loop
+    // (4-13% faster, session 4). Block-wise scaling loads them after the K loop: early loads measured 3-6%
+    // slower on its 16-row tiles (session 4, run 4), for reasons not yet profiled.
+    constexpr bool kEarlyEpilogue = !kBlock;
     const int task = item / S;
-    const int4 tile = a.tiles[task % num_tiles];
+    int4 tile = make_int4(0, 0, 0, 0);
+    if (kEarlyEpilogue) tile = a.tiles[task % num_tiles];
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
     auto load_epilogue_inputs = [&] {
@@ -270,59 +276,59 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
       const uint32_t sb = sa + C::kABytes;
-        if constexpr (C::kWgmma) {
-          // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
-          // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
-          // The A rows arrived by cp.async (generic proxy): fence them for wgmma's async-proxy reads.
-          fence_proxy_async_shared();
-          wgmma_fence();
+      if constexpr (C::kWgmma) {
+        // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
+        // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
+        // The A rows arrived by cp.async (generic proxy): fence them for wgmma's async-proxy reads.
+        fence_proxy_async_shared();
+        wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < C::kBK / 32; ++kk) {
-            const uint64_t da = gmma_desc_sw128(sa + kk * 32);
-            // a stage's first wgmma (accumulate 0) declares d write-only
-            constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
-            const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
-            const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
-            if (kk == 0 && !accumulate) {
-              wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
-              if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
-            } else {
-              wgmma_m64k32_e4m3<kN, 0>(d[0], da, db0);
-              if constexpr (kGateUp) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
-            }
+        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+          const uint64_t da = gmma_desc_sw128(sa + kk * 32);
+          // a stage's first wgmma (accumulate 0) declares d write-only
+          constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
+          const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
+          const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
+          if (kk == 0 && !accumulate) {
+            wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
+            if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
+          } else {
+            wgmma_m64k32_e4m3<kN, 0>(d[0], da, db0);
+            if constexpr (kGateUp) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
           }
-          wgmma_commit();
-        } else {
+        }
+        wgmma_commit();
+      } else {
 #pragma unroll
-          for (int kk = 0; kk < C::kBK / 32; ++kk) {
-            uint32_t af[C::kMT][4];
+        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+          uint32_t af[C::kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < C::kMT; ++mt) {
+            const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+          }
+#pragma unroll
+          for (int np = 0; np < C::kNT / 2; ++np) {
+            // gate-up: pairs [0, kNT/4) are this warp's gate rows, the rest its up rows (second box)
+            int base;
+            if (kGateUp) {
+              constexpr int kHalfPairs = C::kNT / 4;
+              base = np < kHalfPairs ? wn * (C::kWN / 2) + np * 16
+                                     : C::kBoxRows + wn * (C::kWN / 2) + (np - kHalfPairs) * 16;
+            } else {
+              base = wn * C::kWN + np * 16;
+            }
+            const int r = base + (lane & 7) + ((lane >> 4) & 1) * 8;
+            uint32_t b0, b1, b2, b3;
+            ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
 #pragma unroll
             for (int mt = 0; mt < C::kMT; ++mt) {
-              const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-              ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-            }
-#pragma unroll
-            for (int np = 0; np < C::kNT / 2; ++np) {
-              // gate-up: pairs [0, kNT/4) are this warp's gate rows, the rest its up rows (second box)
-              int base;
-              if (kGateUp) {
-                constexpr int kHalfPairs = C::kNT / 4;
-                base = np < kHalfPairs ? wn * (C::kWN / 2) + np * 16
-                                       : C::kBoxRows + wn * (C::kWN / 2) + (np - kHalfPairs) * 16;
-              } else {
-                base = wn * C::kWN + np * 16;
-              }
-              const int r = base + (lane & 7) + ((lane >> 4) & 1) * 8;
-              uint32_t b0, b1, b2, b3;
-              ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
-#pragma unroll
-              for (int mt = 0; mt < C::kMT; ++mt) {
-                mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
-                mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
-              }
+              mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
+              mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
             }
           }
         }
+      }
     };
     auto release = [&](int st) {
       __syncwarp();
@@ -365,37 +371,37 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       step += n;
     } else {
-    for (int kt = kb0; kt < kb1; ++kt, ++step) {
-      const int slot = step % C::kStages;
-      auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
-        mma_stage_at(step, d, accumulate);
-        if constexpr (C::kWgmma) wgmma_wait<0>();
-      };
-      if constexpr (!kBlock) {
-        mma_stage(acc, 1);
-      } else {
-        float part[C::kMT][C::kNT][4];
-        if constexpr (!C::kWgmma) {
-          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
-        }
-        mma_stage(part, 0);
-        const float* sc = s_scale + slot * C::kScaleFloats;
+      for (int kt = kb0; kt < kb1; ++kt, ++step) {
+        const int slot = step % C::kStages;
+        auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
+          mma_stage_at(step, d, accumulate);
+          if constexpr (C::kWgmma) wgmma_wait<0>();
+        };
+        if constexpr (!kBlock) {
+          mma_stage(acc, 1);
+        } else {
+          float part[C::kMT][C::kNT][4];
+          if constexpr (!C::kWgmma) {
+            for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
+          }
+          mma_stage(part, 0);
+          const float* sc = s_scale + slot * C::kScaleFloats;
 #pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt) {
-          const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
+          for (int mt = 0; mt < C::kMT; ++mt) {
+            const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
 #pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt) {
-            const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
-            acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
-            acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
-            acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
-            acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
+            for (int nt = 0; nt < C::kNT; ++nt) {
+              const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
+              acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
+              acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
+              acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
+              acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
+            }
           }
         }
+        if (kEarlyEpilogue && kt == kb0) load_epilogue_inputs();
+        release(step);
       }
-      if (kt == kb0) load_epilogue_inputs();
-      release(step);
-    }
     }
 
     // ---- end of a work item
@@ -424,6 +430,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         });
       }
       if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
+    }
+    if (!kEarlyEpilogue) {
+      tile = a.tiles[task % num_tiles];
+      load_epilogue_inputs();
     }
     const int row_begin = tile.y, rows = tile.z;
     const int n0 = (task / num_tiles) * cols_per_task;
