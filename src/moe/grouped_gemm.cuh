@@ -139,19 +139,38 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     kb1 = (slice + 1) * nk / S;
   };
 
+  // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
+  auto tile_of = [&](int it) { return it < items ? a.tiles[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
+
   if (producer) {
     // ---------------------------------------------------------------- producer warp
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
+    // An item's first copies need its tile and (gate-up) its rows' token ids, two dependent global loads: both
+    // are loaded an item ahead (the tile two), so that short items (the down GEMM's K of 192 is 2 stages) do
+    // not wait on them. chunk c = lane + 32 i of a tile is 16-byte chunk (c % 8) of tile row c / 8.
+    auto load_tokens = [&](int4 t, int (&tok)[C::kAChunks]) {
+#pragma unroll
+      for (int i = 0; i < C::kAChunks; ++i) {
+        const int r = (lane + 32 * i) >> 3;
+        tok[i] = kGateUp && r < t.z ? a.sorted_rows[t.y + r] / a.top_k : 0;
+      }
+    };
+    int4 t_cur = tile_of(blockIdx.x), t_next = tile_of(blockIdx.x + gridDim.x);
+    int tok_cur[C::kAChunks];
+    load_tokens(t_cur, tok_cur);
     int step = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int task = item / S;
-      const int4 tile = a.tiles[task % num_tiles];
+      const int4 tile = t_cur;
+      const int4 t_after = tile_of(item + 2 * gridDim.x);
+      int tok_next[C::kAChunks];
+      load_tokens(t_next, tok_next);
       const int e = tile.x, row_begin = tile.y, rows = tile.z;
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
       item_range(item, kb0, kb1);
-      // this lane's A chunks: chunk c = lane + 32 i is 16-byte chunk (c % 8) of tile row c / 8
+      // this lane's A chunks
       const uint8_t* a_src[C::kAChunks];
       int a_ok[C::kAChunks];
 #pragma unroll
@@ -159,7 +178,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         const int r = (lane + 32 * i) >> 3;
         a_ok[i] = r < rows;
         const int slot = row_begin + (a_ok[i] ? r : 0);
-        a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * a.a_in_stride
+        a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok_cur[i]) * a.a_in_stride
                             : a.act + static_cast<int64_t>(slot) * I) + ((lane + 32 * i) & 7) * 16;
       }
       const float* sc_src[C::kScaleSlots];  // block-wise: scale rows (idx < BM: activations; BM, BM+1: weights)
@@ -217,6 +236,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
         cp_async_mbar_arrive_noinc(&full[slot]);
       }
+      t_cur = t_next;
+      t_next = t_after;
+#pragma unroll
+      for (int i = 0; i < C::kAChunks; ++i) tok_cur[i] = tok_next[i];
     }
     cp_async_wait<0>();  // no copy of this warp outlives it
     return;
@@ -236,6 +259,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // per-tensor 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below)
   constexpr bool kPipe = C::kWgmma && !kBlock;
   int step = 0;
+  int4 t_next = kBlock ? make_int4(0, 0, 0, 0) : tile_of(blockIdx.x);  // per-tensor: the tile an item ahead
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int kb0, kb1;
     item_range(item, kb0, kb1);
@@ -246,7 +270,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     constexpr bool kEarlyEpilogue = !kBlock;
     const int task = item / S;
     int4 tile = make_int4(0, 0, 0, 0);
-    if (kEarlyEpilogue) tile = a.tiles[task % num_tiles];
+    if (kEarlyEpilogue) {
+      tile = t_next;
+      t_next = tile_of(item + gridDim.x);
+    }
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
     auto load_epilogue_inputs = [&] {
