@@ -6,6 +6,7 @@
 #                             [--bench-if-green]  (skip the benchmarks unless every selected test passed)
 # $OUT gets: tests.log, bench.log, sanitize.log (--sanitize), {decode,prologue,moe}.{json,png} for the
 # benchmarks run (build.log only when the build fails). The device returns at most 8 files: with --sanitize,
+# SANITIZE_TOOLS (default "memcheck racecheck") and SANITIZE_TIMEOUT (seconds per tool, default 150) tune --sanitize.
 # run at most two benchmarks. A copy of the tree without .git names its commit through
 # HOPPERKIT_GIT_HASH=<hash> (build_info and the benchmark JSON record it).
 set -uo pipefail
@@ -88,8 +89,8 @@ if [ "$SANITIZE" = 1 ]; then
   SUB="len65 or bs16_edges or ragged_qlen or zero_len or cuda_graph or (test_dtypes_layouts and NHD) or untrusted"
   # MoE: both tile heights, split-K, both scalings, EP, 64-wide tails (TMA boxes past the tensor)
   SUB="$SUB or (test_routing_kinds and 64-skewed) or test_expert_parallel_half_remote or smallest_multiples"
-  SUB="$SUB or test_shared_output_and_invalid_ids"
-  for tool in memcheck racecheck; do
+  SUB="$SUB or test_shared_output_and_invalid_ids or (test_routing_kinds and 300-skewed)"  # 300: 64-row wgmma tiles
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     stamp "compute-sanitizer $tool"
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 17 --print-limit 20 \
       $PY -m pytest tests/python -q -x -p no:cacheprovider -k "($SUB) and not static" \

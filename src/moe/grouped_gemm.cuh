@@ -139,6 +139,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     kb1 = (slice + 1) * nk / S;
   };
 
+  // Which latency hiding each kernel gets, as measured (session 4, device runs 4-5):
+  //  * kPrefetch (per-tensor 64-row tiles): the producer loads each item's tile two items ahead and its token ids
+  //    one ahead, the consumers the tile one ahead (2% faster than loading them at the item's start);
+  //  * kEarlyEpilogue (all but block-scaled 16-row tiles): the consumers load the epilogue's inputs after the
+  //    item's first stage instead of after its last (per-tensor 4-13% faster; block-scaled 16-row tiles were
+  //    3-6% slower with it, and the prefetch made 16-row tiles 4% slower: reasons not yet profiled).
+  constexpr bool kPrefetch = C::kWgmma && !kBlock;
+  constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
   auto tile_of = [&](int it) { return it < items ? a.tiles[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
 
@@ -156,16 +164,25 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         tok[i] = kGateUp && r < t.z ? a.sorted_rows[t.y + r] / a.top_k : 0;
       }
     };
-    int4 t_cur = tile_of(blockIdx.x), t_next = tile_of(blockIdx.x + gridDim.x);
+    int4 t_cur = make_int4(0, 0, 0, 0), t_next = make_int4(0, 0, 0, 0);
     int tok_cur[C::kAChunks];
-    load_tokens(t_cur, tok_cur);
+    if constexpr (kPrefetch) {
+      t_cur = tile_of(blockIdx.x);
+      t_next = tile_of(blockIdx.x + gridDim.x);
+      load_tokens(t_cur, tok_cur);
+    }
     int step = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int task = item / S;
-      const int4 tile = t_cur;
-      const int4 t_after = tile_of(item + 2 * gridDim.x);
+      int4 tile, t_after = make_int4(0, 0, 0, 0);
       int tok_next[C::kAChunks];
-      load_tokens(t_next, tok_next);
+      if constexpr (kPrefetch) {
+        tile = t_cur;
+        t_after = tile_of(item + 2 * gridDim.x);
+        load_tokens(t_next, tok_next);
+      } else {
+        tile = a.tiles[task % num_tiles];
+      }
       const int e = tile.x, row_begin = tile.y, rows = tile.z;
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
@@ -178,7 +195,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         const int r = (lane + 32 * i) >> 3;
         a_ok[i] = r < rows;
         const int slot = row_begin + (a_ok[i] ? r : 0);
-        a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok_cur[i]) * a.a_in_stride
+        const int tok = kPrefetch ? tok_cur[i] : (kGateUp ? a.sorted_rows[slot] / a.top_k : 0);
+        a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok) * a.a_in_stride
                             : a.act + static_cast<int64_t>(slot) * I) + ((lane + 32 * i) & 7) * 16;
       }
       const float* sc_src[C::kScaleSlots];  // block-wise: scale rows (idx < BM: activations; BM, BM+1: weights)
@@ -236,10 +254,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
         cp_async_mbar_arrive_noinc(&full[slot]);
       }
-      t_cur = t_next;
-      t_next = t_after;
+      if constexpr (kPrefetch) {
+        t_cur = t_next;
+        t_next = t_after;
 #pragma unroll
-      for (int i = 0; i < C::kAChunks; ++i) tok_cur[i] = tok_next[i];
+        for (int i = 0; i < C::kAChunks; ++i) tok_cur[i] = tok_next[i];
+      }
     }
     cp_async_wait<0>();  // no copy of this warp outlives it
     return;
@@ -259,20 +279,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // per-tensor 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below)
   constexpr bool kPipe = C::kWgmma && !kBlock;
   int step = 0;
-  int4 t_next = kBlock ? make_int4(0, 0, 0, 0) : tile_of(blockIdx.x);  // per-tensor: the tile an item ahead
+  int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int kb0, kb1;
     item_range(item, kb0, kb1);
-    // Per-tensor: the epilogue's inputs are loaded now and after the first stage (load_epilogue_inputs), so
-    // that their latency (tile -> expert scale / row ids: dependent global loads) hides behind the K loop
-    // (4-13% faster, session 4). Block-wise scaling loads them after the K loop: early loads measured 3-6%
-    // slower on its 16-row tiles (session 4, run 4), for reasons not yet profiled.
-    constexpr bool kEarlyEpilogue = !kBlock;
+    // kEarlyEpilogue: the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded
+    // now and after the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
     const int task = item / S;
     int4 tile = make_int4(0, 0, 0, 0);
-    if (kEarlyEpilogue) {
+    if constexpr (kPrefetch) {
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
+    } else if constexpr (kEarlyEpilogue) {
+      tile = a.tiles[task % num_tiles];
     }
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
