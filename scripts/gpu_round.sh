@@ -6,9 +6,9 @@
 #                             [--bench-if-green]  (skip the benchmarks unless every selected test passed)
 # $OUT gets: tests.log, bench.log, sanitize.log (--sanitize), {decode,prologue,moe}.{json,png} for the
 # benchmarks run (build.log only when the build fails). The device returns at most 8 files: with --sanitize,
-# SANITIZE_TOOLS (default "memcheck racecheck") and SANITIZE_TIMEOUT (seconds per tool, default 150) tune --sanitize.
 # run at most two benchmarks. A copy of the tree without .git names its commit through
 # HOPPERKIT_GIT_HASH=<hash> (build_info and the benchmark JSON record it).
+# SANITIZE_TOOLS (default "memcheck racecheck") and SANITIZE_TIMEOUT (seconds per tool, default 150) tune --sanitize.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_round_out}
