@@ -285,13 +285,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     item_range(item, kb0, kb1);
     // kEarlyEpilogue: the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded
     // now and after the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
-    const int task = item / S;
     int4 tile = make_int4(0, 0, 0, 0);
     if constexpr (kPrefetch) {
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
     } else if constexpr (kEarlyEpilogue) {
-      tile = a.tiles[task % num_tiles];
+      tile = a.tiles[(item / S) % num_tiles];
     }
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
@@ -301,7 +300,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
                             : __ldg(a.a2_scale) * __ldg(a.w2_scale + tile.x);
         if (kGateUp) a2 = __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
       }
-      if (!kGateUp) {
+      if (!kGateUp && kEarlyEpilogue) {
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt)
 #pragma unroll
@@ -313,14 +312,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     };
     // Stage `st`'s MMAs into d. accumulate 0: d = this stage's product (wgmma only; mma.sync callers zero d
     // first). wgmma: waits for the stage, issues and commits; the caller waits for the group.
-    auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4], int accumulate) {
-      const int slot = st % C::kStages;
-      if constexpr (kPipe) {
-        mbar_wait_asm(&full[slot], (st / C::kStages) & 1);
-      } else {
-        mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
-      }
-      const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
+    auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4], int accumulate) {
       const uint32_t sb = sa + C::kABytes;
       if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
@@ -376,6 +368,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     };
+    // waits for stage `st` (PTX-loop wait on the pipelined path, see mbar_wait_asm) and starts its MMAs
+    auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4], int accumulate) {
+      const int slot = st % C::kStages;
+      if constexpr (kPipe) {
+        mbar_wait_asm(&full[slot], (st / C::kStages) & 1);
+      } else {
+        mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
+      }
+      mma_stage_on(smem_addr(smem + slot * C::kStageBytes), d, accumulate);
+    };
     auto release = [&](int st) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[st % C::kStages]);  // this warp is done with the stage
@@ -419,8 +421,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     } else {
       for (int kt = kb0; kt < kb1; ++kt, ++step) {
         const int slot = step % C::kStages;
+        mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
+        const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
         auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
-          mma_stage_at(step, d, accumulate);
+          mma_stage_on(sa, d, accumulate);
           if constexpr (C::kWgmma) wgmma_wait<0>();
         };
         if constexpr (!kBlock) {
@@ -451,6 +455,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
 
     // ---- end of a work item
+    const int task = item / S;
     if (S > 1) {  // split K: park this slice's partial tile; the last slice to arrive sums all in slice order
       constexpr int kVals = C::kMT * C::kNT * 4;
       float* mine = a.split_partials + static_cast<int64_t>(item) * kVals * C::kConsumerThreads;
@@ -543,8 +548,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       for (int mt = 0; mt < C::kMT; ++mt) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          if (row_id[mt][hh] < 0) continue;
-          uint16_t* dst_row = a.y + static_cast<int64_t>(row_id[mt][hh]) * H;
+          // block-scaled 16-row tiles load the row id here (see kEarlyEpilogue)
+          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+          if (kEarlyEpilogue ? row_id[mt][hh] < 0 : r >= rows) continue;
+          const int64_t rid = kEarlyEpilogue ? row_id[mt][hh] : a.sorted_rows[row_begin + r];
+          uint16_t* dst_row = a.y + rid * H;
 #pragma unroll
           for (int nt = 0; nt < C::kNT; ++nt) {
             const int n = n0 + wn * C::kWN + nt * 8 + 2 * t4;
