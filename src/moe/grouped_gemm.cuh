@@ -139,12 +139,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     kb1 = (slice + 1) * nk / S;
   };
 
-  // Which latency hiding each kernel gets, as measured (session 4, device runs 4-5):
+  // Which latency hiding each kernel gets, as measured (session 4, device runs 4-6):
   //  * kPrefetch (per-tensor 64-row tiles): the producer loads each item's tile two items ahead and its token ids
-  //    one ahead, the consumers the tile one ahead (2% faster than loading them at the item's start);
+  //    one ahead, the consumers the tile one ahead (2% faster at >= 4096 tokens than loading them at the item's
+  //    start; on 16-row tiles it measured 4% slower);
   //  * kEarlyEpilogue (all but block-scaled 16-row tiles): the consumers load the epilogue's inputs after the
-  //    item's first stage instead of after its last (per-tensor 4-13% faster; block-scaled 16-row tiles were
-  //    3-6% slower with it, and the prefetch made 16-row tiles 4% slower: reasons not yet profiled).
+  //    item's first stage instead of after its last (per-tensor decode 4% faster). Block-scaled 16-row tiles
+  //    keep session 3's code path, which compiles to session 3's SASS: every restructured variant of it
+  //    measured 3-6% slower (runs 4-6), with or without the early loads.
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
