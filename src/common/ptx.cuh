@@ -66,8 +66,11 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
   }
 }
 
-// mbar_wait as one PTX loop: no branch the compiler sees, so ptxas does not serialize wgmmas that are in flight
-// across it (it does across a C++ polling loop: warning C7518).
+// mbar_wait as one PTX loop (unbounded: a protocol slip hangs instead of trapping). Used by the MoE GEMM's
+// pipelined wgmma path, where a C++ polling loop gave ptxas warning C7518 (wgmmas serialized) while the
+// chain's first wgmma still declared its accumulators read-write; with them write-only, a review found
+// mbar_wait_bounded compiles to the same DEPBAR placement (nvcc 13.0.88). Branch wip/moe-down-staged goes
+// back to the bounded wait, to be measured.
 __device__ __forceinline__ void mbar_wait_asm(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n\t.reg .pred p;\n"

@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         });
         release(st);
       };
-      const int n = kb1 - kb0;
+      const int n = kb1 - kb0;  // >= 1: the host rejects K = 0, and a split slice holds at least one stage
       mma_stage_at(step, p0, 0);
       load_epilogue_inputs();
       int j = 0;

@@ -291,8 +291,8 @@ def test_stages_match_reference(T, block):
     # 64-row tiles run on wgmma, whose FP8 products are summed with fewer bits than fp32 within each 128-deep
     # stage (an absolute error of a few 1e-4 of the summands): a code may move to its neighbour (at most 1/8 of
     # the value), and values near zero, where e4m3 codes are dense, by a small absolute amount (in code units,
-    # where the largest code is 448). 0.25 code units is 5.6e-4 of the row group's amax: block scaling puts
-    # the group's largest value at 448, and one such code in a 300-token run landed 0.14 units away (session 4)
+    # where the largest code is 448). 0.25 code units: a block-scaled code in a 300-token run landed 0.14 units
+    # away (session 4; there the largest code of each 128-column group is 448, so 0.25 units is 5.6e-4 of it)
     a, r = act.float(), hq.float()
     over = (a - r).abs() > 0.125 * r.abs() + 0.25
     assert not over.any(), (f"{over.sum().item()} activation codes beyond one step / 0.25 of the reference, "
