@@ -49,30 +49,25 @@ __device__ __forceinline__ void wgmma_wait() {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
-// d[NT0 .. NT0 + N/8) (+)= A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out;
-// accumulate 0: d = A B (d's previous values are not read).
+// d[NT0 .. NT0 + N/8) += A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out
+// (a chain's first product: wgmma_m64k32_e4m3_first below).
 template <int N, int NT0, int NT>
-__device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b,
-                                                  int accumulate = 1) {
+__device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
   static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   if constexpr (N == 32) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, p, 1, 1;\n}\n"
-        : HK_WGMMA_ACC32(HK_WGMMA_RW)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, 1, 1, 1;\n"
+                 : HK_WGMMA_ACC32(HK_WGMMA_RW)
+                 : "l"(desc_a), "l"(desc_b));
   }
   if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, p, 1, 1;\n}\n"
-        : HK_WGMMA_ACC64(HK_WGMMA_RW)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, 1, 1, 1;\n"
+                 : HK_WGMMA_ACC64(HK_WGMMA_RW)
+                 : "l"(desc_a), "l"(desc_b));
   }
 }
 
-// d[NT0 .. NT0 + N/8) = A x B^T (as above with accumulate 0), d declared write-only: a chain that starts with it
+// d[NT0 .. NT0 + N/8) = A x B^T (the previous values are not read), d declared write-only: a chain that starts with it
 // does not depend on d's earlier values, so ptxas can keep such chains in flight across loop iterations.
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
