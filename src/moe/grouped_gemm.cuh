@@ -68,8 +68,18 @@ struct MoeGemmConfig {
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
   static constexpr int kAChunks = BM * (kBK / 16) / 32;  // A chunks per producer lane per stage
   static constexpr int kScaleSlots = (kScaleFloats + 31) / 32;
-  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes +
-                                    kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8;
+  // Down, 64-row tiles: the bf16 output tile goes through shared memory so that rows are written as whole
+  // 16-byte chunks (the fragment layout stores 4 bytes per thread, 8 rows per warp instruction).
+  static constexpr bool kStagedOut = !kGateUp && BM == 64;
+  static constexpr int kOutRowChunks = BN * 2 / 16;             // 16-byte chunks per output row
+  static constexpr int kOutStride = BN * 2 + 16;                // bytes per staged row: conflict-free 4-byte writes
+  static constexpr int kOutBytes = kStagedOut ? BM * kOutStride : 0;
+  static constexpr int kOutChunks = kStagedOut ? BM * kOutRowChunks / kConsumerThreads : 1;  // per consumer thread
+  static_assert(!kStagedOut || BM * kOutRowChunks % kConsumerThreads == 0, "whole chunks per consumer thread");
+  static constexpr int kOutOffset =  // after the ring, the scales, s_amax and the barriers, 16-byte aligned
+      (kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8 + 15) / 16 * 16;
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(BM != 16 || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
 };
 
@@ -102,6 +112,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   unsigned* s_amax = reinterpret_cast<unsigned*>(s_scale + C::kStages * C::kScaleFloats);  // [BM]
   uint64_t* full = reinterpret_cast<uint64_t*>(s_amax + BM);                         // [kStages]
   uint64_t* empty = full + C::kStages;                                               // [kStages]
+  uint8_t* s_out = smem + C::kOutOffset;                                             // [BM][kOutStride]
   __shared__ int s_last_slice;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -296,13 +307,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
+    int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this thread stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
         out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + tile.x)
                             : __ldg(a.a2_scale) * __ldg(a.w2_scale + tile.x);
         if (kGateUp) a2 = __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
       }
-      if (!kGateUp && kEarlyEpilogue) {
+      if constexpr (C::kStagedOut) {
+#pragma unroll
+        for (int j = 0; j < C::kOutChunks; ++j) {
+          const int r = (tid + C::kConsumerThreads * j) / C::kOutRowChunks;
+          out_rid[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+        }
+      } else if (!kGateUp && kEarlyEpilogue) {
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt)
 #pragma unroll
@@ -370,14 +388,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     };
-    // waits for stage `st` (PTX-loop wait on the pipelined path, see mbar_wait_asm) and starts its MMAs
+    // waits for stage `st` and starts its MMAs
     auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4], int accumulate) {
       const int slot = st % C::kStages;
-      if constexpr (kPipe) {
-        mbar_wait_asm(&full[slot], (st / C::kStages) & 1);
-      } else {
-        mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
-      }
+      mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
       mma_stage_on(smem_addr(smem + slot * C::kStageBytes), d, accumulate);
     };
     auto release = [&](int st) {
@@ -543,6 +557,31 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
                 make_float2(h[mt][nt][2 * hh] / sc, h[mt][nt][2 * hh + 1] / sc), __NV_SATFINITE, __NV_E4M3);
             *reinterpret_cast<__nv_fp8x2_storage_t*>(dst_row + nt * 8) = q;
           }
+        }
+      }
+    } else if constexpr (C::kStagedOut) {
+      consumer_sync();  // every thread has stored the previous item's staged tile
+#pragma unroll
+      for (int mt = 0; mt < C::kMT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt) {
+            const int col = wn * C::kWN + nt * 8 + 2 * t4;
+            *reinterpret_cast<uint32_t*>(s_out + r * C::kOutStride + col * 2) =
+                pack_bf16x2(acc[mt][nt][2 * hh] * out_scale, acc[mt][nt][2 * hh + 1] * out_scale);
+          }
+        }
+      consumer_sync();
+#pragma unroll
+      for (int j = 0; j < C::kOutChunks; ++j) {
+        const int c = tid + C::kConsumerThreads * j;
+        const int r = c / C::kOutRowChunks, ch = c % C::kOutRowChunks;
+        const int n = n0 + ch * 8;  // H is a multiple of 64: a chunk is wholly inside or outside
+        if (out_rid[j] >= 0 && n < H) {
+          *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(out_rid[j]) * H + n) =
+              *reinterpret_cast<const uint4*>(s_out + r * C::kOutStride + ch * 16);
         }
       }
     } else {

@@ -130,6 +130,13 @@ def test_per_tensor_smallest_multiples_of_64(H, I):
     run_case(50, H, I, 8, 2, False, seed=H + I)
 
 
+@pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
+def test_64_row_tiles_long_k(block):
+    # 512 rows per expert: 64-row (wgmma) tiles; gate-up runs 8 stages (H = 1024), down 5 (I = 640: an odd
+    # count, so the in-flight pair of partial sums ends on its single-stage tail) over 8 output blocks
+    run_case(1024, 1024, 640, 16, 8, block, kind="skewed", seed=1024)
+
+
 @pytest.mark.parametrize("K", [1, 16])
 def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
