@@ -289,8 +289,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto zero_acc = [&]() { for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; }); };
   zero_acc();
 
-  // per-tensor 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below)
-  constexpr bool kPipe = C::kWgmma && !kBlock;
+  // 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below): per-tensor
+  // both projections; block-wise the down projection only (its tile holds 32 accumulators per thread, the
+  // block-scaled gate-up 64: two more partial tiles of those would not fit in the registers)
+  constexpr bool kPipe = C::kWgmma && (!kBlock || !kGateUp);
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -405,11 +407,27 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // runs (two-level accumulation, as block-wise scaling does anyway).
       float p0[C::kMT][C::kNT][4], p1[C::kMT][C::kNT][4];
       auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
-        for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
-          wgmma_fence_operand(d[mt][nt][i]);
-          acc[mt][nt][i] += d[mt][nt][i];
-        });
-        release(st);
+        if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
+          const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
+          const float sw = sc[BM];
+#pragma unroll
+          for (int mt = 0; mt < C::kMT; ++mt) {
+            const float s0 = sc[wm * C::kWM + mt * 16 + g] * sw, s1 = sc[wm * C::kWM + mt * 16 + g + 8] * sw;
+#pragma unroll
+            for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                wgmma_fence_operand(d[mt][nt][i]);
+                acc[mt][nt][i] += d[mt][nt][i] * (i < 2 ? s0 : s1);
+              }
+          }
+        } else {
+          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
+            wgmma_fence_operand(d[mt][nt][i]);
+            acc[mt][nt][i] += d[mt][nt][i];
+          });
+        }
+        release(st);  // after the scales are read: they live in the stage
       };
       const int n = kb1 - kb0;  // >= 1: the host rejects K = 0, and a split slice holds at least one stage
       mma_stage_at(step, p0, 0);
