@@ -45,6 +45,22 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
   spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
   // a box may reach past the tensor (hidden or intermediate 64): the part outside reads as zero
   const CUtensorMap wmap = make_tensor_map(spec, kGateUp ? "w13" : "w2");
+  // Down: its A operand, act [T * top_k][I] bytes, in boxes of 128 bytes x BM rows, 128-byte swizzle (rows or K
+  // past the tensor read as zero). Gate-up gathers its rows with cp.async and ignores this map.
+  CUtensorMap amap = wmap;
+  if (Cfg::kTmaA) {
+    TensorMap4d aspec;
+    aspec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    aspec.base = a.act;
+    aspec.dims[0] = static_cast<uint64_t>(a.intermediate);
+    aspec.dims[1] = static_cast<uint64_t>(a.num_tokens) * static_cast<uint64_t>(a.top_k);
+    aspec.dims[2] = 1, aspec.dims[3] = 1;
+    aspec.strides_bytes[0] = aspec.dims[0], aspec.strides_bytes[1] = aspec.dims[0] * aspec.dims[1];
+    aspec.strides_bytes[2] = aspec.strides_bytes[1];
+    aspec.box[0] = Cfg::kBK, aspec.box[1] = BM, aspec.box[2] = 1, aspec.box[3] = 1;
+    aspec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    amap = make_tensor_map(aspec, "workspace (act)");
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(Cfg::kThreads);
@@ -55,7 +71,7 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, wmap));
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, wmap, amap));
 }
 
 // Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.

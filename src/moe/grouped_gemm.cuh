@@ -60,6 +60,10 @@ struct MoeGemmConfig {
   static constexpr int kStageBytes = (BM + BN) * kBK;   // multiple of 1024: every region stays swizzle-aligned
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "128-byte swizzle needs 1 KB aligned tiles");
   static constexpr int kBoxRows = kGateUp ? BN / 2 : BN;
+  // Down: the A rows (act, by sorted slot) of a tile are contiguous, so they arrive by TMA too (a BM x 128-byte
+  // box at the tile's first slot; rows past the tile are other tiles' rows, whose outputs are never stored).
+  // Gate-up gathers its A rows through the routing index with cp.async.
+  static constexpr bool kTmaA = !kGateUp;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring.
   static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : 205 * 1024;
@@ -104,7 +108,8 @@ __device__ __forceinline__ void for_each_acc(F&& f) {
 
 template <int BM, int BN, bool kGateUp, bool kBlock>
 __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
-    moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap) {
+    moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
+                    const __grid_constant__ CUtensorMap amap) {
   using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -133,6 +138,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     fence_barrier_init();
     prefetch_tensormap(&wmap);
+    if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
   grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
@@ -167,6 +173,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // ---------------------------------------------------------------- producer warp
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
+    const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
     // An item's first copies need its tile and (gate-up) its rows' token ids, two dependent global loads: both
     // are loaded an item ahead (the tile two), so that short items (the down GEMM's K of 192 is 2 stages) do
     // not wait on them. chunk c = lane + 32 i of a tile is 16-byte chunk (c % 8) of tile row c / 8.
@@ -200,11 +207,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
       item_range(item, kb0, kb1);
-      // this lane's A chunks
+      // this lane's A chunks (cp.async path)
       const uint8_t* a_src[C::kAChunks];
       int a_ok[C::kAChunks];
 #pragma unroll
-      for (int i = 0; i < C::kAChunks; ++i) {
+      for (int i = 0; i < (C::kTmaA ? 0 : C::kAChunks); ++i) {
         const int r = (lane + 32 * i) >> 3;
         a_ok[i] = r < rows;
         const int slot = row_begin + (a_ok[i] ? r : 0);
@@ -240,7 +247,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         uint8_t* sa = smem + slot * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
         if (lane == 0) {
-          mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK);
+          mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
+          if (C::kTmaA) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
           if (kGateUp) {
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);                   // gate rows
             tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[slot], kt * C::kBK, I + n0, e, 0, policy);  // up
@@ -250,7 +258,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
         const int k = kt * C::kBK;
 #pragma unroll
-        for (int i = 0; i < C::kAChunks; ++i) {
+        for (int i = 0; i < (C::kTmaA ? 0 : C::kAChunks); ++i) {
           const int c = lane + 32 * i;
           const int ok = a_ok[i] && k + (c & 7) * 16 < K;
           cp_async_16_zfill(sa + swz(c >> 3, c & 7), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
@@ -339,8 +347,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
         // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
-        // The A rows arrived by cp.async (generic proxy): fence them for wgmma's async-proxy reads.
-        fence_proxy_async_shared();
+        // A rows that arrived by cp.async (generic proxy) are fenced for wgmma's async-proxy reads.
+        if constexpr (!C::kTmaA) fence_proxy_async_shared();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
