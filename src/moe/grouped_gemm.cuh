@@ -12,8 +12,11 @@
 //    which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
 //  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
 //    release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 64-row tiles use wgmma (two consumer warpgroups) instead; with per-tensor scaling one stage's wgmma group
-//    stays in flight while the previous stage's sum is added and its slot released (wait_group 1).
+//  * 64-row tiles use wgmma (two consumer warpgroups) instead; one stage's wgmma group stays in flight while the
+//    previous stage's sum is added and its slot released (wait_group 1), except for block-scaled gate-up tiles,
+//    whose registers do not hold a second partial tile.
+//  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
+//    output block in shared memory and store whole 128-byte row segments.
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
 // scale x weight block scale).
 //
@@ -72,14 +75,16 @@ struct MoeGemmConfig {
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
   static constexpr int kAChunks = BM * (kBK / 16) / 32;  // A chunks per producer lane per stage
   static constexpr int kScaleSlots = (kScaleFloats + 31) / 32;
-  // Down, 64-row tiles: the bf16 output tile goes through shared memory so that rows are written as whole
-  // 16-byte chunks (the fragment layout stores 4 bytes per thread, 8 rows per warp instruction).
+  // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 bytes) goes through its
+  // own shared-memory block, so that it is stored as whole 128-byte row segments in 16-byte chunks (the
+  // fragment layout stores 4 bytes per thread, 8 rows per warp instruction); warp-local, no CTA barrier.
   static constexpr bool kStagedOut = !kGateUp && BM == 64;
-  static constexpr int kOutRowChunks = BN * 2 / 16;             // 16-byte chunks per output row
-  static constexpr int kOutStride = BN * 2 + 16;                // bytes per staged row: conflict-free 4-byte writes
-  static constexpr int kOutBytes = kStagedOut ? BM * kOutStride : 0;
-  static constexpr int kOutChunks = kStagedOut ? BM * kOutRowChunks / kConsumerThreads : 1;  // per consumer thread
-  static_assert(!kStagedOut || BM * kOutRowChunks % kConsumerThreads == 0, "whole chunks per consumer thread");
+  static constexpr int kOutRowChunks = kWN * 2 / 16;            // 16-byte chunks per row of a warp's block
+  static constexpr int kOutStride = kWN * 2 + 16;               // bytes per staged row: conflict-free 4-byte writes
+  static constexpr int kOutWarpBytes = kWM * kOutStride;
+  static constexpr int kOutBytes = kStagedOut ? kConsumerWarps * kOutWarpBytes : 0;
+  static constexpr int kOutChunks = kStagedOut ? kWM * kOutRowChunks / 32 : 1;  // per lane
+  static_assert(!kStagedOut || (kMT == 1 && kWM * kOutRowChunks % 32 == 0), "whole chunks per lane");
   static constexpr int kOutOffset =  // after the ring, the scales, s_amax and the barriers, 16-byte aligned
       (kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8 + 15) / 16 * 16;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes;
@@ -117,7 +122,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   unsigned* s_amax = reinterpret_cast<unsigned*>(s_scale + C::kStages * C::kScaleFloats);  // [BM]
   uint64_t* full = reinterpret_cast<uint64_t*>(s_amax + BM);                         // [kStages]
   uint64_t* empty = full + C::kStages;                                               // [kStages]
-  uint8_t* s_out = smem + C::kOutOffset;                                             // [BM][kOutStride]
+  uint8_t* s_out = smem + C::kOutOffset;                      // [kConsumerWarps][kWM][kOutStride] (kStagedOut)
   __shared__ int s_last_slice;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -317,7 +322,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
-    int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this thread stores, -1 past
+    int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
         out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + tile.x)
@@ -327,7 +332,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       if constexpr (C::kStagedOut) {
 #pragma unroll
         for (int j = 0; j < C::kOutChunks; ++j) {
-          const int r = (tid + C::kConsumerThreads * j) / C::kOutRowChunks;
+          const int r = wm * C::kWM + (lane + 32 * j) / C::kOutRowChunks;
           out_rid[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
         }
       } else if (!kGateUp && kEarlyEpilogue) {
@@ -416,6 +421,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       float p0[C::kMT][C::kNT][4], p1[C::kMT][C::kNT][4];
       auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
         if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
+          static_assert(!kGateUp, "block-scaled gate-up has two weight scales (gate, up) per stage");
           const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
           const float sw = sc[BM];
 #pragma unroll
@@ -586,28 +592,24 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     } else if constexpr (C::kStagedOut) {
-      consumer_sync();  // every thread has stored the previous item's staged tile
+      uint8_t* blk = s_out + warp * C::kOutWarpBytes;  // this warp's rows wm * kWM.., columns wn * kWN..
+      __syncwarp();  // every lane has stored the previous item's block
 #pragma unroll
-      for (int mt = 0; mt < C::kMT; ++mt)
+      for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-#pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt) {
-            const int col = wn * C::kWN + nt * 8 + 2 * t4;
-            *reinterpret_cast<uint32_t*>(s_out + r * C::kOutStride + col * 2) =
-                pack_bf16x2(acc[mt][nt][2 * hh] * out_scale, acc[mt][nt][2 * hh + 1] * out_scale);
-          }
+        for (int nt = 0; nt < C::kNT; ++nt) {
+          *reinterpret_cast<uint32_t*>(blk + (g + hh * 8) * C::kOutStride + (nt * 8 + 2 * t4) * 2) =
+              pack_bf16x2(acc[0][nt][2 * hh] * out_scale, acc[0][nt][2 * hh + 1] * out_scale);
         }
-      consumer_sync();
+      __syncwarp();
 #pragma unroll
       for (int j = 0; j < C::kOutChunks; ++j) {
-        const int c = tid + C::kConsumerThreads * j;
+        const int c = lane + 32 * j;
         const int r = c / C::kOutRowChunks, ch = c % C::kOutRowChunks;
-        const int n = n0 + ch * 8;  // H is a multiple of 64: a chunk is wholly inside or outside
+        const int n = n0 + wn * C::kWN + ch * 8;  // H is a multiple of 64: a warp's columns are all in or all out
         if (out_rid[j] >= 0 && n < H) {
           *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(out_rid[j]) * H + n) =
-              *reinterpret_cast<const uint4*>(s_out + r * C::kOutStride + ch * 16);
+              *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);
         }
       }
     } else {
