@@ -8,8 +8,9 @@
 // Warp roles: one producer warp fills a ring of kStages stages; kConsumerWarps warps run the MMAs.
 //  * weights arrive by TMA (one 128-byte-wide box per stage, or two for gate-up: the gate rows and the up rows
 //    of the same intermediate columns), with the 128-byte swizzle; K and N tails come back zero-filled;
-//  * the A rows are gathered through the routing index (no gather copy) by the producer's lanes with cp.async,
-//    which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
+//  * gate-up: the A rows are gathered through the routing index (no gather copy) by the producer's lanes with
+//    cp.async, which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
+//    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
 //  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
 //    release the stage on its empty barrier. The ring runs continuously across work items.
 //  * 64-row tiles use wgmma (two consumer warpgroups) instead; one stage's wgmma group stays in flight while the
@@ -67,6 +68,9 @@ struct MoeGemmConfig {
   // box at the tile's first slot; rows past the tile are other tiles' rows, whose outputs are never stored).
   // Gate-up gathers its A rows through the routing index with cp.async.
   static constexpr bool kTmaA = !kGateUp;
+  // The producer's lanes copy with cp.async (A rows, block-wise scales) and arrive on the full barrier when
+  // those land; per-tensor down copies nothing that way.
+  static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring.
   static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : 205 * 1024;
@@ -138,7 +142,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(&full[s], 1 + 32);              // the producer's expect_tx + its 32 lanes' cp.async arrivals
+      mbar_init(&full[s], C::kLaneCopies ? 1 + 32 : 1);  // the producer's expect_tx (+ its lanes' cp.async arrivals)
       mbar_init(&empty[s], C::kConsumerWarps);
     }
     fence_barrier_init();
@@ -212,17 +216,18 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
       item_range(item, kb0, kb1);
-      // this lane's A chunks (cp.async path)
-      const uint8_t* a_src[C::kAChunks];
-      int a_ok[C::kAChunks];
+      // this lane's A chunks (cp.async path: gate-up)
+      const uint8_t* a_src[C::kAChunks] = {};
+      int a_ok[C::kAChunks] = {};
+      if constexpr (!C::kTmaA) {
 #pragma unroll
-      for (int i = 0; i < (C::kTmaA ? 0 : C::kAChunks); ++i) {
-        const int r = (lane + 32 * i) >> 3;
-        a_ok[i] = r < rows;
-        const int slot = row_begin + (a_ok[i] ? r : 0);
-        const int tok = kPrefetch ? tok_cur[i] : (kGateUp ? a.sorted_rows[slot] / a.top_k : 0);
-        a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok) * a.a_in_stride
-                            : a.act + static_cast<int64_t>(slot) * I) + ((lane + 32 * i) & 7) * 16;
+        for (int i = 0; i < C::kAChunks; ++i) {
+          const int r = (lane + 32 * i) >> 3;
+          a_ok[i] = r < rows;
+          const int slot = row_begin + (a_ok[i] ? r : 0);
+          const int tok = kPrefetch ? tok_cur[i] : a.sorted_rows[slot] / a.top_k;
+          a_src[i] = a.a_in + static_cast<int64_t>(tok) * a.a_in_stride + ((lane + 32 * i) & 7) * 16;
+        }
       }
       const float* sc_src[C::kScaleSlots];  // block-wise: scale rows (idx < BM: activations; BM, BM+1: weights)
       int sc_ok[C::kScaleSlots];
@@ -262,11 +267,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
         const int k = kt * C::kBK;
+        if constexpr (!C::kTmaA) {
 #pragma unroll
-        for (int i = 0; i < (C::kTmaA ? 0 : C::kAChunks); ++i) {
-          const int c = lane + 32 * i;
-          const int ok = a_ok[i] && k + (c & 7) * 16 < K;
-          cp_async_16_zfill(sa + swz(c >> 3, c & 7), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
+          for (int i = 0; i < C::kAChunks; ++i) {
+            const int c = lane + 32 * i;
+            const int ok = a_ok[i] && k + (c & 7) * 16 < K;
+            cp_async_16_zfill(sa + swz(c >> 3, c & 7), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
+          }
         }
         if (kBlock) {
 #pragma unroll
@@ -278,7 +285,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             }
           }
         }
-        cp_async_mbar_arrive_noinc(&full[slot]);
+        if constexpr (C::kLaneCopies) cp_async_mbar_arrive_noinc(&full[slot]);
       }
       if constexpr (kPrefetch) {
         t_cur = t_next;

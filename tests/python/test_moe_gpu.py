@@ -133,7 +133,7 @@ def test_per_tensor_smallest_multiples_of_64(H, I):
 @pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
 def test_64_row_tiles_long_k(block):
     # 256 rows per expert on average: 64-row (wgmma) tiles; gate-up and down run 5 stages each (H = I = 640:
-    # an odd count, so the in-flight pair of partial sums ends on its single-stage tail) over 5 output blocks
+    # an odd count, so the in-flight pair of partial sums ends on its single-stage tail); down: 5 output blocks
     run_case(512, 640, 640, 16, 8, block, kind="skewed", seed=640)
 
 
