@@ -15,7 +15,9 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case 16 * 2 + 1: f(MoeGemmVariant<16, kDownTileN, false, true>{}); break;
     case 64 * 2 + 0: f(MoeGemmVariant<64, kDownTileN, false, false>{}); break;
     case 64 * 2 + 1: f(MoeGemmVariant<64, kDownTileN, false, true>{}); break;
-    default: HK_CHECK(kUnsupported, false, "block_m", "16 or 64", a.block_m);
+    default:
+      HK_CHECK(kUnsupported, false, "block_m / block_scaled", "16 or 64 / 0 or 1",
+               std::to_string(a.block_m) + " / " + std::to_string(a.block_scaled));
   }
 }
 int64_t max_tasks(const MoeKernelArgs& a) {

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "common/tensor_map.h"
@@ -26,20 +27,23 @@ template <int BM, int BN, bool kGateUp, bool kBlock>
 MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVariant<BM, BN, kGateUp, kBlock>) {
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
-  static int resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
+  static std::atomic<int> resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
   int dev = 0;
   HK_CUDA_CHECK(cudaGetDevice(&dev));
   HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
-  if (resident[dev] == 0) {
+  int res = resident[dev].load(std::memory_order_acquire);
+  if (res == 0) {
     HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     int per_sm = 0, sms = 0;
     HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
     HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     HK_CHECK(kUnsupported, per_sm >= 1, "moe gemm", "at least one resident CTA per SM", per_sm);
-    resident[dev] = per_sm * sms;
+    res = per_sm * sms;
+    resident[dev].store(res, std::memory_order_release);  // threads racing here store the same value
   }
   MoeGemmPlan plan;
-  plan.grid = max_tasks < resident[dev] ? (max_tasks > 0 ? max_tasks : 1) : resident[dev];
+  plan.kernel = reinterpret_cast<const void*>(kernel);
+  plan.grid = max_tasks < res ? (max_tasks > 0 ? max_tasks : 1) : res;
   // The weights as a 4-d byte tensor [1][E][rows][K] (innermost first: K, rows, E), boxes of 128 bytes x the
   // tile's rows (gate-up: half the tile, loaded twice), 128-byte swizzle; out-of-range rows / K read as zero.
   const uint64_t k = kGateUp ? a.hidden_size : a.intermediate;
@@ -78,6 +82,8 @@ void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan, MoeGemmVar
                      cudaStream_t stream) {
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
+  HK_CHECK(kValue, plan.kernel == reinterpret_cast<const void*>(kernel), "moe gemm plan",
+           "a plan made for this variant", plan.kernel ? "a plan for another variant" : "no plan");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(plan.grid));
   cfg.blockDim = dim3(Cfg::kThreads);

@@ -18,6 +18,7 @@ struct MoeGemmPlan {
   CUtensorMap wmap;   // the weights (w13 or w2)
   CUtensorMap amap;   // down: its A rows (act); gate-up: unused (a copy of wmap)
   int64_t grid = 1;   // persistent CTAs
+  const void* kernel = nullptr;  // the variant it was planned for (launch checks it)
 };
 // Kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation (PDL after kernel 1).
 MoeGemmPlan plan_moe_gate_up(const MoeKernelArgs& a);
