@@ -89,7 +89,7 @@ if [ "$SANITIZE" = 1 ]; then
   SUB="len65 or bs16_edges or ragged_qlen or zero_len or cuda_graph or (test_dtypes_layouts and NHD) or untrusted"
   # MoE: both tile heights, split-K, both scalings, EP, 64-wide tails (TMA boxes past the tensor)
   SUB="$SUB or (test_routing_kinds and 64-skewed) or test_expert_parallel_half_remote or smallest_multiples"
-  SUB="$SUB or test_shared_output_and_invalid_ids or (test_routing_kinds and 300-skewed)"  # 300: 64-row wgmma tiles
+  SUB="$SUB or test_shared_output_and_invalid_ids or (test_routing_kinds and 300-skewed) or test_64_row_tiles"  # 64-row wgmma tiles
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     stamp "compute-sanitizer $tool"
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 17 --print-limit 20 \

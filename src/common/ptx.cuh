@@ -66,21 +66,6 @@ __device__ __forceinline__ void mbar_wait_bounded(uint64_t* bar, uint32_t parity
   }
 }
 
-// mbar_wait as one PTX loop (unbounded: a protocol slip hangs instead of trapping). Used by the MoE GEMM's
-// pipelined wgmma path, where a C++ polling loop gave ptxas warning C7518 (wgmmas serialized) while the
-// chain's first wgmma still declared its accumulators read-write; with them write-only, a review found
-// mbar_wait_bounded compiles to the same DEPBAR placement (nvcc 13.0.88). Branch wip/moe-down-staged goes
-// back to the bounded wait, to be measured.
-__device__ __forceinline__ void mbar_wait_asm(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n"
-      "HK_MBAR_WAIT:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-      "@!p bra HK_MBAR_WAIT;\n\t}"
-      ::"r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-}
-
 // Arrive on `bar` once all of this thread's earlier cp.async copies have landed (count not incremented:
 // the barrier's expected count must include this arrival).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {

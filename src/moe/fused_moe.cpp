@@ -90,9 +90,13 @@ void fused_moe(const MoeParams& p) {
   }();
   static const bool no_split = std::getenv("HOPPERKIT_MOE_NO_SPLIT") != nullptr;  // profiling aid
   a.allow_split = no_split ? 0 : 1;
+  // the GEMMs' host-side inputs first: a failure there (occupancy query, tensor-map encoding) throws before
+  // any kernel of the op is queued
+  const MoeGemmPlan gate_up = stages >= 2 ? plan_moe_gate_up(a) : MoeGemmPlan{};
+  const MoeGemmPlan down = stages >= 3 ? plan_moe_down(a) : MoeGemmPlan{};
   launch_moe_prep(a, p.stream);
-  if (stages >= 2) launch_moe_gate_up(a, p.stream);
-  if (stages >= 3) launch_moe_down(a, p.stream);
+  if (stages >= 2) launch_moe_gate_up(a, gate_up, p.stream);
+  if (stages >= 3) launch_moe_down(a, down, p.stream);
   if (stages >= 4) launch_moe_reduce(a, p.stream);
 }
 

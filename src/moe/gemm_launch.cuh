@@ -3,35 +3,47 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "common/tensor_map.h"
 #include "hopperkit/error.h"
 #include "moe/grouped_gemm.cuh"
+#include "moe/launch.h"
 
 namespace hopperkit {
 namespace moe {
 
 constexpr int kMaxDevices = 64;
 
+// One grouped-GEMM variant as a type (the dispatchers in gemm_gate_up.cu / gemm_down.cu pass one to a lambda).
+template <int BM, int BN, bool kGateUp, bool kBlock>
+struct MoeGemmVariant {};
+
+// Everything a launch needs that can fail on the host (occupancy query, tensor-map encoding), computed before
+// any of the op's kernels is queued: a failure throws with nothing launched.
 // Grid: the resident CTAs of this variant (measured occupancy x SMs), at most the task-count bound.
 template <int BM, int BN, bool kGateUp, bool kBlock>
-void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t stream) {
+MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVariant<BM, BN, kGateUp, kBlock>) {
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
-  static int resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
+  static std::atomic<int> resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
   int dev = 0;
   HK_CUDA_CHECK(cudaGetDevice(&dev));
   HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
-  if (resident[dev] == 0) {
+  int res = resident[dev].load(std::memory_order_acquire);
+  if (res == 0) {
     HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     int per_sm = 0, sms = 0;
     HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
     HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     HK_CHECK(kUnsupported, per_sm >= 1, "moe gemm", "at least one resident CTA per SM", per_sm);
-    resident[dev] = per_sm * sms;
+    res = per_sm * sms;
+    resident[dev].store(res, std::memory_order_release);  // threads racing here store the same value
   }
-  const int64_t grid = max_tasks < resident[dev] ? (max_tasks > 0 ? max_tasks : 1) : resident[dev];
+  MoeGemmPlan plan;
+  plan.kernel = reinterpret_cast<const void*>(kernel);
+  plan.grid = max_tasks < res ? (max_tasks > 0 ? max_tasks : 1) : res;
   // The weights as a 4-d byte tensor [1][E][rows][K] (innermost first: K, rows, E), boxes of 128 bytes x the
   // tile's rows (gate-up: half the tile, loaded twice), 128-byte swizzle; out-of-range rows / K read as zero.
   const uint64_t k = kGateUp ? a.hidden_size : a.intermediate;
@@ -44,9 +56,36 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
   spec.box[0] = Cfg::kBK, spec.box[1] = Cfg::kBoxRows, spec.box[2] = 1, spec.box[3] = 1;
   spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
   // a box may reach past the tensor (hidden or intermediate 64): the part outside reads as zero
-  const CUtensorMap wmap = make_tensor_map(spec, kGateUp ? "w13" : "w2");
+  plan.wmap = make_tensor_map(spec, kGateUp ? "w13" : "w2");
+  // Down: its A operand, act [T * top_k][I] bytes, in boxes of 128 bytes x BM rows, 128-byte swizzle (rows or K
+  // past the tensor read as zero). Gate-up gathers its rows with cp.async and ignores this map.
+  plan.amap = plan.wmap;
+  if (Cfg::kTmaA) {
+    TensorMap4d aspec;
+    aspec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    aspec.base = a.act;
+    aspec.dims[0] = static_cast<uint64_t>(a.intermediate);
+    aspec.dims[1] = static_cast<uint64_t>(a.num_tokens) * static_cast<uint64_t>(a.top_k);
+    aspec.dims[2] = 1, aspec.dims[3] = 1;
+    aspec.strides_bytes[0] = aspec.dims[0], aspec.strides_bytes[1] = aspec.dims[0] * aspec.dims[1];
+    aspec.strides_bytes[2] = aspec.strides_bytes[1];
+    aspec.box[0] = Cfg::kBK, aspec.box[1] = BM, aspec.box[2] = 1, aspec.box[3] = 1;
+    aspec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    plan.amap = make_tensor_map(aspec, "workspace (act)");
+  }
+  return plan;
+}
+
+// Launches a planned variant as a persistent, PDL-chained grid.
+template <int BM, int BN, bool kGateUp, bool kBlock>
+void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan, MoeGemmVariant<BM, BN, kGateUp, kBlock>,
+                     cudaStream_t stream) {
+  using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
+  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
+  HK_CHECK(kValue, plan.kernel == reinterpret_cast<const void*>(kernel), "moe gemm plan",
+           "a plan made for this variant", plan.kernel ? "a plan for another variant" : "no plan");
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.gridDim = dim3(static_cast<unsigned>(plan.grid));
   cfg.blockDim = dim3(Cfg::kThreads);
   cfg.dynamicSmemBytes = Cfg::kSmemBytes;
   cfg.stream = stream;
@@ -55,7 +94,7 @@ void launch_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, cudaStream_t str
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, wmap));
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, plan.wmap, plan.amap));
 }
 
 // Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.

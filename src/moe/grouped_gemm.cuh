@@ -8,12 +8,16 @@
 // Warp roles: one producer warp fills a ring of kStages stages; kConsumerWarps warps run the MMAs.
 //  * weights arrive by TMA (one 128-byte-wide box per stage, or two for gate-up: the gate rows and the up rows
 //    of the same intermediate columns), with the 128-byte swizzle; K and N tails come back zero-filled;
-//  * the A rows are gathered through the routing index (no gather copy) by the producer's lanes with cp.async,
-//    which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
+//  * gate-up: the A rows are gathered through the routing index (no gather copy) by the producer's lanes with
+//    cp.async, which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
+//    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
 //  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
 //    release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 64-row tiles use wgmma (two consumer warpgroups) instead; with per-tensor scaling one stage's wgmma group
-//    stays in flight while the previous stage's sum is added and its slot released (wait_group 1).
+//  * 64-row tiles use wgmma (two consumer warpgroups) instead; one stage's wgmma group stays in flight while the
+//    previous stage's sum is added and its slot released (wait_group 1), except for block-scaled gate-up tiles,
+//    whose registers do not hold a second partial tile.
+//  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
+//    output block in shared memory and store whole 128-byte row segments.
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
 // scale x weight block scale).
 //
@@ -60,6 +64,13 @@ struct MoeGemmConfig {
   static constexpr int kStageBytes = (BM + BN) * kBK;   // multiple of 1024: every region stays swizzle-aligned
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "128-byte swizzle needs 1 KB aligned tiles");
   static constexpr int kBoxRows = kGateUp ? BN / 2 : BN;
+  // Down: the A rows (act, by sorted slot) of a tile are contiguous, so they arrive by TMA too (a BM x 128-byte
+  // box at the tile's first slot; rows past the tile are other tiles' rows, whose outputs are never stored).
+  // Gate-up gathers its A rows through the routing index with cp.async.
+  static constexpr bool kTmaA = !kGateUp;
+  // The producer's lanes copy with cp.async (A rows, block-wise scales) and arrive on the full barrier when
+  // those land; per-tensor down copies nothing that way.
+  static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring.
   static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : 205 * 1024;
@@ -68,8 +79,20 @@ struct MoeGemmConfig {
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
   static constexpr int kAChunks = BM * (kBK / 16) / 32;  // A chunks per producer lane per stage
   static constexpr int kScaleSlots = (kScaleFloats + 31) / 32;
-  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kStages * kStageBytes +
-                                    kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8;
+  // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 bytes) goes through its
+  // own shared-memory block, so that it is stored as whole 128-byte row segments in 16-byte chunks (the
+  // fragment layout stores 4 bytes per thread, 8 rows per warp instruction); warp-local, no CTA barrier.
+  static constexpr bool kStagedOut = !kGateUp && BM == 64;
+  static constexpr int kOutRowChunks = kWN * 2 / 16;            // 16-byte chunks per row of a warp's block
+  static constexpr int kOutStride = kWN * 2 + 16;               // bytes per staged row: conflict-free 4-byte writes
+  static constexpr int kOutWarpBytes = kWM * kOutStride;
+  static constexpr int kOutBytes = kStagedOut ? kConsumerWarps * kOutWarpBytes : 0;
+  static constexpr int kOutChunks = kStagedOut ? kWM * kOutRowChunks / 32 : 1;  // per lane
+  static_assert(!kStagedOut || (kMT == 1 && kWM * kOutRowChunks % 32 == 0), "whole chunks per lane");
+  static constexpr int kOutOffset =  // after the ring, the scales, s_amax and the barriers, 16-byte aligned
+      (kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8 + 15) / 16 * 16;
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(BM != 16 || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
 };
 
@@ -94,7 +117,8 @@ __device__ __forceinline__ void for_each_acc(F&& f) {
 
 template <int BM, int BN, bool kGateUp, bool kBlock>
 __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
-    moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap) {
+    moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
+                    const __grid_constant__ CUtensorMap amap) {
   using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -102,6 +126,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   unsigned* s_amax = reinterpret_cast<unsigned*>(s_scale + C::kStages * C::kScaleFloats);  // [BM]
   uint64_t* full = reinterpret_cast<uint64_t*>(s_amax + BM);                         // [kStages]
   uint64_t* empty = full + C::kStages;                                               // [kStages]
+  uint8_t* s_out = smem + C::kOutOffset;                      // [kConsumerWarps][kWM][kOutStride] (kStagedOut)
   __shared__ int s_last_slice;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -117,11 +142,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(&full[s], 1 + 32);              // the producer's expect_tx + its 32 lanes' cp.async arrivals
+      mbar_init(&full[s], C::kLaneCopies ? 1 + 32 : 1);  // the producer's expect_tx (+ its lanes' cp.async arrivals)
       mbar_init(&empty[s], C::kConsumerWarps);
     }
     fence_barrier_init();
     prefetch_tensormap(&wmap);
+    if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
   grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
@@ -156,6 +182,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // ---------------------------------------------------------------- producer warp
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
+    const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
     // An item's first copies need its tile and (gate-up) its rows' token ids, two dependent global loads: both
     // are loaded an item ahead (the tile two), so that short items (the down GEMM's K of 192 is 2 stages) do
     // not wait on them. chunk c = lane + 32 i of a tile is 16-byte chunk (c % 8) of tile row c / 8.
@@ -189,17 +216,18 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
       item_range(item, kb0, kb1);
-      // this lane's A chunks
-      const uint8_t* a_src[C::kAChunks];
-      int a_ok[C::kAChunks];
+      // this lane's A chunks (cp.async path: gate-up)
+      const uint8_t* a_src[C::kAChunks] = {};
+      int a_ok[C::kAChunks] = {};
+      if constexpr (!C::kTmaA) {
 #pragma unroll
-      for (int i = 0; i < C::kAChunks; ++i) {
-        const int r = (lane + 32 * i) >> 3;
-        a_ok[i] = r < rows;
-        const int slot = row_begin + (a_ok[i] ? r : 0);
-        const int tok = kPrefetch ? tok_cur[i] : (kGateUp ? a.sorted_rows[slot] / a.top_k : 0);
-        a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok) * a.a_in_stride
-                            : a.act + static_cast<int64_t>(slot) * I) + ((lane + 32 * i) & 7) * 16;
+        for (int i = 0; i < C::kAChunks; ++i) {
+          const int r = (lane + 32 * i) >> 3;
+          a_ok[i] = r < rows;
+          const int slot = row_begin + (a_ok[i] ? r : 0);
+          const int tok = kPrefetch ? tok_cur[i] : a.sorted_rows[slot] / a.top_k;
+          a_src[i] = a.a_in + static_cast<int64_t>(tok) * a.a_in_stride + ((lane + 32 * i) & 7) * 16;
+        }
       }
       const float* sc_src[C::kScaleSlots];  // block-wise: scale rows (idx < BM: activations; BM, BM+1: weights)
       int sc_ok[C::kScaleSlots];
@@ -229,7 +257,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         uint8_t* sa = smem + slot * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
         if (lane == 0) {
-          mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK);
+          mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
+          if (C::kTmaA) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
           if (kGateUp) {
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);                   // gate rows
             tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[slot], kt * C::kBK, I + n0, e, 0, policy);  // up
@@ -238,11 +267,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
         const int k = kt * C::kBK;
+        if constexpr (!C::kTmaA) {
 #pragma unroll
-        for (int i = 0; i < C::kAChunks; ++i) {
-          const int c = lane + 32 * i;
-          const int ok = a_ok[i] && k + (c & 7) * 16 < K;
-          cp_async_16_zfill(sa + swz(c >> 3, c & 7), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
+          for (int i = 0; i < C::kAChunks; ++i) {
+            const int c = lane + 32 * i;
+            const int ok = a_ok[i] && k + (c & 7) * 16 < K;
+            cp_async_16_zfill(sa + swz(c >> 3, c & 7), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
+          }
         }
         if (kBlock) {
 #pragma unroll
@@ -254,7 +285,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             }
           }
         }
-        cp_async_mbar_arrive_noinc(&full[slot]);
+        if constexpr (C::kLaneCopies) cp_async_mbar_arrive_noinc(&full[slot]);
       }
       if constexpr (kPrefetch) {
         t_cur = t_next;
@@ -278,8 +309,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto zero_acc = [&]() { for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; }); };
   zero_acc();
 
-  // per-tensor 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below)
-  constexpr bool kPipe = C::kWgmma && !kBlock;
+  // 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below): per-tensor
+  // both projections; block-wise the down projection only (its tile holds 32 accumulators per thread, the
+  // block-scaled gate-up 64: two more partial tiles of those would not fit in the registers)
+  constexpr bool kPipe = C::kWgmma && (!kBlock || !kGateUp);
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -296,13 +329,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     float out_scale = 1.f, a2 = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
+    int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
         out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + tile.x)
                             : __ldg(a.a2_scale) * __ldg(a.w2_scale + tile.x);
         if (kGateUp) a2 = __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
       }
-      if (!kGateUp && kEarlyEpilogue) {
+      if constexpr (C::kStagedOut) {
+#pragma unroll
+        for (int j = 0; j < C::kOutChunks; ++j) {
+          const int r = wm * C::kWM + (lane + 32 * j) / C::kOutRowChunks;
+          out_rid[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+        }
+      } else if (!kGateUp && kEarlyEpilogue) {
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt)
 #pragma unroll
@@ -319,8 +359,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
         // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
-        // The A rows arrived by cp.async (generic proxy): fence them for wgmma's async-proxy reads.
-        fence_proxy_async_shared();
+        // A rows that arrived by cp.async (generic proxy) are fenced for wgmma's async-proxy reads.
+        if constexpr (!C::kTmaA) fence_proxy_async_shared();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
@@ -370,14 +410,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     };
-    // waits for stage `st` (PTX-loop wait on the pipelined path, see mbar_wait_asm) and starts its MMAs
+    // waits for stage `st` and starts its MMAs
     auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4], int accumulate) {
       const int slot = st % C::kStages;
-      if constexpr (kPipe) {
-        mbar_wait_asm(&full[slot], (st / C::kStages) & 1);
-      } else {
-        mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
-      }
+      mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
       mma_stage_on(smem_addr(smem + slot * C::kStageBytes), d, accumulate);
     };
     auto release = [&](int st) {
@@ -391,11 +427,28 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // runs (two-level accumulation, as block-wise scaling does anyway).
       float p0[C::kMT][C::kNT][4], p1[C::kMT][C::kNT][4];
       auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
-        for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
-          wgmma_fence_operand(d[mt][nt][i]);
-          acc[mt][nt][i] += d[mt][nt][i];
-        });
-        release(st);
+        if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
+          static_assert(!kGateUp, "block-scaled gate-up has two weight scales (gate, up) per stage");
+          const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
+          const float sw = sc[BM];
+#pragma unroll
+          for (int mt = 0; mt < C::kMT; ++mt) {
+            const float s0 = sc[wm * C::kWM + mt * 16 + g] * sw, s1 = sc[wm * C::kWM + mt * 16 + g + 8] * sw;
+#pragma unroll
+            for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                wgmma_fence_operand(d[mt][nt][i]);
+                acc[mt][nt][i] += d[mt][nt][i] * (i < 2 ? s0 : s1);
+              }
+          }
+        } else {
+          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
+            wgmma_fence_operand(d[mt][nt][i]);
+            acc[mt][nt][i] += d[mt][nt][i];
+          });
+        }
+        release(st);  // after the scales are read: they live in the stage
       };
       const int n = kb1 - kb0;  // >= 1: the host rejects K = 0, and a split slice holds at least one stage
       mma_stage_at(step, p0, 0);
@@ -543,6 +596,27 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
                 make_float2(h[mt][nt][2 * hh] / sc, h[mt][nt][2 * hh + 1] / sc), __NV_SATFINITE, __NV_E4M3);
             *reinterpret_cast<__nv_fp8x2_storage_t*>(dst_row + nt * 8) = q;
           }
+        }
+      }
+    } else if constexpr (C::kStagedOut) {
+      uint8_t* blk = s_out + warp * C::kOutWarpBytes;  // this warp's rows wm * kWM.., columns wn * kWN..
+      __syncwarp();  // every lane has stored the previous item's block
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int nt = 0; nt < C::kNT; ++nt) {
+          *reinterpret_cast<uint32_t*>(blk + (g + hh * 8) * C::kOutStride + (nt * 8 + 2 * t4) * 2) =
+              pack_bf16x2(acc[0][nt][2 * hh] * out_scale, acc[0][nt][2 * hh + 1] * out_scale);
+        }
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < C::kOutChunks; ++j) {
+        const int c = lane + 32 * j;
+        const int r = c / C::kOutRowChunks, ch = c % C::kOutRowChunks;
+        const int n = n0 + wn * C::kWN + ch * 8;  // H is a multiple of 64: a warp's columns are all in or all out
+        if (out_rid[j] >= 0 && n < H) {
+          *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(out_rid[j]) * H + n) =
+              *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);
         }
       }
     } else {

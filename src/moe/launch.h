@@ -1,7 +1,10 @@
 // hopperkit fused FP8 MoE: the four kernel launchers (defined next to their kernels). Each checks its launch.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "moe/kernel_args.h"
 
@@ -10,10 +13,19 @@ namespace moe {
 
 // Kernel 1: routing index (one CTA) and, for a bf16 input, its FP8 quantisation (the other CTAs).
 void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream);
+// A grouped-GEMM launch's host-side inputs, prepared (and checked) before the op queues any kernel.
+struct MoeGemmPlan {
+  CUtensorMap wmap;   // the weights (w13 or w2)
+  CUtensorMap amap;   // down: its A rows (act); gate-up: unused (a copy of wmap)
+  int64_t grid = 1;   // persistent CTAs
+  const void* kernel = nullptr;  // the variant it was planned for (launch checks it)
+};
 // Kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation (PDL after kernel 1).
-void launch_moe_gate_up(const MoeKernelArgs& a, cudaStream_t stream);
+MoeGemmPlan plan_moe_gate_up(const MoeKernelArgs& a);
+void launch_moe_gate_up(const MoeKernelArgs& a, const MoeGemmPlan& plan, cudaStream_t stream);
 // Kernel 3: down GEMM into per-row bf16 results (PDL after kernel 2).
-void launch_moe_down(const MoeKernelArgs& a, cudaStream_t stream);
+MoeGemmPlan plan_moe_down(const MoeKernelArgs& a);
+void launch_moe_down(const MoeKernelArgs& a, const MoeGemmPlan& plan, cudaStream_t stream);
 // Kernel 4: top-k weighted reduce into the output, in token order (PDL after kernel 3).
 void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream);
 

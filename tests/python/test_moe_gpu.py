@@ -130,6 +130,18 @@ def test_per_tensor_smallest_multiples_of_64(H, I):
     run_case(50, H, I, 8, 2, False, seed=H + I)
 
 
+@pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
+def test_64_row_tiles_long_k(block):
+    # 256 rows per expert on average: 64-row (wgmma) tiles; gate-up and down run 5 stages each (H = I = 640:
+    # an odd count, so the in-flight pair of partial sums ends on its single-stage tail); down: 5 output blocks
+    run_case(512, 640, 640, 16, 8, block, kind="skewed", seed=640)
+
+
+def test_64_row_tiles_half_width_output_block():
+    # 75 rows per expert: 64-row tiles; H = 320: the down projection's last 128-column block is half outside
+    run_case(300, 320, 192, 16, 4, False, kind="skewed", seed=320)
+
+
 @pytest.mark.parametrize("K", [1, 16])
 def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
