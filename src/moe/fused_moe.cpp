@@ -70,6 +70,11 @@ void fused_moe(const MoeParams& p) {
   a.top_k = p.top_k;
   a.block_m = block_m(p.num_tokens, p.top_k, p.num_global_experts);
   a.block_scaled = block ? 1 : 0;
+  // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES keeps 128 weight rows per tile wherever the
+  // heuristic may pick 256 (to measure one against the other in one run).
+  static const bool narrow = std::getenv("HOPPERKIT_MOE_NARROW_TILES") != nullptr;
+  a.gate_up_tile_n = narrow && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate);
+  a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size);
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);
   a.tiles = reinterpret_cast<int4*>(ws + l.tiles);

@@ -1,5 +1,5 @@
 // hopperkit fused FP8 MoE, kernel 3: down GEMM into per-row bf16 results.
-// Variants: block_m {16, 64} x scaling {per-tensor, block}; 128 weight rows per tile.
+// Variants (block_m / scaling / weight rows per tile): 16 both scalings 128, 64 per-tensor 128 or 256, 64 block 128.
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -10,19 +10,20 @@ namespace {
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).
 template <class F>
 void with_variant(const MoeKernelArgs& a, F&& f) {
-  switch (a.block_m * 2 + a.block_scaled) {
-    case 16 * 2 + 0: f(MoeGemmVariant<16, kDownTileN, false, false>{}); break;
-    case 16 * 2 + 1: f(MoeGemmVariant<16, kDownTileN, false, true>{}); break;
-    case 64 * 2 + 0: f(MoeGemmVariant<64, kDownTileN, false, false>{}); break;
-    case 64 * 2 + 1: f(MoeGemmVariant<64, kDownTileN, false, true>{}); break;
+  switch ((a.block_m * 2 + a.block_scaled) * 1000 + a.down_tile_n) {
+    case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, false, false>{}); break;
+    case (16 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<16, 128, false, true>{}); break;
+    case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, false, false>{}); break;
+    case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, false, false>{}); break;
+    case (64 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<64, 128, false, true>{}); break;
     default:
-      HK_CHECK(kUnsupported, false, "block_m / block_scaled", "16 or 64 / 0 or 1",
-               std::to_string(a.block_m) + " / " + std::to_string(a.block_scaled));
+      HK_CHECK(kUnsupported, false, "down block_m / block_scaled / tile_n",
+               "16/0/128, 16/1/128, 64/0/128, 64/0/256 or 64/1/128",
+               std::to_string(a.block_m) + "/" + std::to_string(a.block_scaled) + "/" +
+                   std::to_string(a.down_tile_n));
   }
 }
-int64_t max_tasks(const MoeKernelArgs& a) {
-  return moe_max_tasks(a, kDownTileN, a.hidden_size);
-}
+int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.down_tile_n, a.hidden_size); }
 }  // namespace
 
 MoeGemmPlan plan_moe_down(const MoeKernelArgs& a) {

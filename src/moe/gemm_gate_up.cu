@@ -1,5 +1,6 @@
 // hopperkit fused FP8 MoE, kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation.
-// Variants: block_m {16, 64} x scaling {per-tensor (128 weight rows per tile), block (256)}.
+// Variants (block_m / scaling / weight rows per tile): 16 per-tensor 128, 16 block 256, 64 per-tensor 128 or 256,
+// 64 block 256.
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -10,20 +11,24 @@ namespace {
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).
 template <class F>
 void with_variant(const MoeKernelArgs& a, F&& f) {
-  switch (a.block_m * 2 + a.block_scaled) {
-    case 16 * 2 + 0: f(MoeGemmVariant<16, 128, true, false>{}); break;
-    case 16 * 2 + 1: f(MoeGemmVariant<16, 256, true, true>{}); break;
-    case 64 * 2 + 0: f(MoeGemmVariant<64, 128, true, false>{}); break;
-    case 64 * 2 + 1: f(MoeGemmVariant<64, 256, true, true>{}); break;
+  // 256-row per-tensor tiles store 128 intermediate columns per tile (no column check in the epilogue)
+  HK_CHECK(kUnsupported, a.gate_up_tile_n == 128 || a.intermediate % 128 == 0, "gate-up tile_n / intermediate",
+           "128, or an intermediate that is a multiple of 128",
+           std::to_string(a.gate_up_tile_n) + " / " + std::to_string(a.intermediate));
+  switch ((a.block_m * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
+    case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false>{}); break;
+    case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;
+    case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, true, false>{}); break;
+    case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, true, false>{}); break;
+    case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, true, true>{}); break;
     default:
-      HK_CHECK(kUnsupported, false, "block_m / block_scaled", "16 or 64 / 0 or 1",
-               std::to_string(a.block_m) + " / " + std::to_string(a.block_scaled));
+      HK_CHECK(kUnsupported, false, "gate-up block_m / block_scaled / tile_n",
+               "16/0/128, 16/1/256, 64/0/128, 64/0/256 or 64/1/256",
+               std::to_string(a.block_m) + "/" + std::to_string(a.block_scaled) + "/" +
+                   std::to_string(a.gate_up_tile_n));
   }
 }
-int64_t max_tasks(const MoeKernelArgs& a) {
-  const int bn = gate_up_tile_n(a.block_scaled != 0);
-  return moe_max_tasks(a, bn / 2, a.intermediate);
-}
+int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.gate_up_tile_n / 2, a.intermediate); }
 }  // namespace
 
 MoeGemmPlan plan_moe_gate_up(const MoeKernelArgs& a) {

@@ -13,9 +13,10 @@
 //    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
 //  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
 //    release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 64-row tiles use wgmma (two consumer warpgroups) instead; one stage's wgmma group stays in flight while the
-//    previous stage's sum is added and its slot released (wait_group 1), except for block-scaled gate-up tiles,
-//    whose registers do not hold a second partial tile.
+//  * 64-row tiles use wgmma (two consumer warpgroups) instead; with 128 weight rows one stage's wgmma group stays
+//    in flight while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles
+//    (block-scaled gate-up, and per-tensor where the columns divide) wait for each stage: their registers do not
+//    hold a second partial tile.
 //  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
 //    output block in shared memory and store whole 128-byte row segments.
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
@@ -45,6 +46,9 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 64, "block_m");
+  static_assert(BN == 128 || BN == 256, "tile_n");
+  static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
+  static_assert(!kBlock || kGateUp || BN == 128, "block-scaled down: one weight scale per stage");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
   static constexpr bool kWgmma = BM == 64;
@@ -72,8 +76,9 @@ struct MoeGemmConfig {
   // those land; per-tensor down copies nothing that way.
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
-  // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring.
-  static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : 205 * 1024;
+  // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring (the 256-row down
+  // tile leaves room for its output staging, 34 KB).
+  static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : (!kGateUp && BM == 64 && BN == 256) ? 170 * 1024 : 205 * 1024;
   static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
   static_assert(kStages >= 3, "ring depth");
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
@@ -309,10 +314,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto zero_acc = [&]() { for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] = 0.f; }); };
   zero_acc();
 
-  // 64-row tiles keep one stage's wgmmas in flight while the previous stage's sum is added (below): per-tensor
-  // both projections; block-wise the down projection only (its tile holds 32 accumulators per thread, the
-  // block-scaled gate-up 64: two more partial tiles of those would not fit in the registers)
-  constexpr bool kPipe = C::kWgmma && (!kBlock || !kGateUp);
+  // 64-row tiles with 128 weight rows keep one stage's wgmmas in flight while the previous stage's sum is added
+  // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) wait for each stage:
+  // two more partial tiles of those would not fit in the registers.
+  constexpr bool kPipe = C::kWgmma && BN == 128;
+  static_assert(!(C::kWgmma && kBlock && kGateUp) || !kPipe, "block-scaled gate-up tiles have 256 rows");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -358,7 +364,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const uint32_t sb = sa + C::kABytes;
       if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
-        // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
+        // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows, or two
+        // of 64 rows each (256-row tiles: the wgmma wrappers stop at n64).
         // A rows that arrived by cp.async (generic proxy) are fenced for wgmma's async-proxy reads.
         if constexpr (!C::kTmaA) fence_proxy_async_shared();
         wgmma_fence();
@@ -366,15 +373,17 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
           const uint64_t da = gmma_desc_sw128(sa + kk * 32);
           // a stage's first wgmma (accumulate 0) declares d write-only
-          constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
-          const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
-          const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
+          constexpr int kParts = kGateUp || C::kWN > 64 ? 2 : 1;
+          constexpr int kN = C::kWN / kParts;
+          const uint64_t db0 = gmma_desc_sw128(sb + (wn * (kGateUp ? kN : C::kWN)) * 128 + kk * 32);
+          // the second part: gate-up its up rows (second box), down its next kN rows
+          const uint64_t db1 = gmma_desc_sw128(sb + (kGateUp ? C::kBoxRows + wn * kN : wn * C::kWN + kN) * 128 + kk * 32);
           if (kk == 0 && !accumulate) {
             wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
-            if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
+            if constexpr (kParts == 2) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
           } else {
             wgmma_m64k32_e4m3<kN, 0>(d[0], da, db0);
-            if constexpr (kGateUp) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
+            if constexpr (kParts == 2) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
           }
         }
         wgmma_commit();
@@ -482,8 +491,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           mma_stage_on(sa, d, accumulate);
           if constexpr (C::kWgmma) wgmma_wait<0>();
         };
-        if constexpr (!kBlock) {
+        if constexpr (!kBlock && !C::kWgmma) {
           mma_stage(acc, 1);
+        } else if constexpr (!kBlock) {
+          // per-tensor 256-row wgmma tiles: each 128-deep stage summed on its own, then added in fp32 (as kPipe)
+          float part[C::kMT][C::kNT][4];
+          mma_stage(part, 0);
+          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] += part[mt][nt][i]; });
         } else {
           float part[C::kMT][C::kNT][4];
           if constexpr (!C::kWgmma) {

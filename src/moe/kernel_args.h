@@ -32,6 +32,8 @@ struct MoeKernelArgs {
   int num_tokens, hidden_size, intermediate, num_local_experts, num_global_experts, top_k;
   int block_m;                // 16 or 64
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
+  int gate_up_tile_n;         // weight rows per gate-up tile (gate_up_tile_n in heuristics.h)
+  int down_tile_n;            // weight rows per down tile (down_tile_n)
   int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
   // ---- workspace (see workspace_layout.h)
   int32_t* counters;          // [0] num_tiles, [1] dropped rows

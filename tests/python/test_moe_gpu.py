@@ -137,6 +137,12 @@ def test_64_row_tiles_long_k(block):
     run_case(512, 640, 640, 16, 8, block, kind="skewed", seed=640)
 
 
+def test_64_row_tiles_256_weight_rows_long_k():
+    # per-tensor 64-row tiles with 256 weight rows in both GEMMs (I % 128 == 0, H % 256 == 0); K = 640 for the
+    # down projection: 5 stages per item; two output blocks of 256 columns
+    run_case(512, 512, 640, 16, 8, False, kind="skewed", seed=512)
+
+
 def test_64_row_tiles_half_width_output_block():
     # 75 rows per expert: 64-row tiles; H = 320: the down projection's last 128-column block is half outside
     run_case(300, 320, 192, 16, 4, False, kind="skewed", seed=320)

@@ -31,11 +31,18 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
   return mean_rows_per_expert(num_tokens, top_k, num_global_experts) <= 16 ? 16 : 64;
 }
 
-// Weight rows one GEMM tile covers (the N extent). Gate-up tiles hold matching gate and up rows (half each) so
-// that SiLU(gate) * up is formed in registers; block-wise scaling needs all 128 columns of an activation
-// quantisation group in one tile, hence 256 rows there.
-HK_MOE_HD int gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
-constexpr int kDownTileN = 128;
+// Weight rows one GEMM tile covers (the N extent), one of kTileNs. Gate-up tiles hold matching gate and up rows
+// (half each) so that SiLU(gate) * up is formed in registers; block-wise scaling needs all 128 columns of an
+// activation quantisation group in one tile, hence 256 rows there. 64-row tiles take 256 weight rows where the
+// columns divide evenly (gate-up: 128 intermediate columns per tile; down: 256 hidden columns): each A stage
+// then feeds twice the MMA work (per-tensor; block-scaled down keeps 128, one weight scale per stage).
+constexpr int kTileNs[] = {128, 256};
+HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate) {
+  return block_scaled || (bm == 64 && intermediate % 128 == 0) ? 256 : 128;
+}
+HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden) {
+  return !block_scaled && bm == 64 && hidden % 256 == 0 ? 256 : 128;
+}
 constexpr int kTileK = 128;
 
 // Split-K of decode tiles (16 rows): when the tasks (tile x weight block) are fewer than the resident CTAs,
