@@ -70,11 +70,14 @@ void fused_moe(const MoeParams& p) {
   a.top_k = p.top_k;
   a.block_m = block_m(p.num_tokens, p.top_k, p.num_global_experts);
   a.block_scaled = block ? 1 : 0;
-  // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES keeps 128 weight rows per tile wherever the
-  // heuristic may pick 256 (to measure one against the other in one run).
-  static const bool narrow = std::getenv("HOPPERKIT_MOE_NARROW_TILES") != nullptr;
-  a.gate_up_tile_n = narrow && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate);
-  a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size);
+  // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
+  // tile, any other value both GEMMs wherever the heuristic may pick 256 (to measure one against the other).
+  static const int narrow = [] {
+    const char* v = std::getenv("HOPPERKIT_MOE_NARROW_TILES");
+    return v == nullptr ? 0 : (std::string(v) == "down" ? 1 : 2);
+  }();
+  a.gate_up_tile_n = narrow == 2 && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate);
+  a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size, p.intermediate);
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);
   a.tiles = reinterpret_cast<int4*>(ws + l.tiles);

@@ -1,5 +1,5 @@
 // hopperkit fused FP8 MoE, kernel 3: down GEMM into per-row bf16 results.
-// Variants (block_m / scaling / weight rows per tile): 16 both scalings 128, 64 per-tensor 128 or 256, 64 block 128.
+// Variants (block_m / scaling / weight rows per tile): 16 both scalings 128; 64 both scalings 128 or 256.
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -16,9 +16,10 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, false, false>{}); break;
     case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, false, false>{}); break;
     case (64 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<64, 128, false, true>{}); break;
+    case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, false, true>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "down block_m / block_scaled / tile_n",
-               "16/0/128, 16/1/128, 64/0/128, 64/0/256 or 64/1/128",
+               "16/0/128, 16/1/128, 64/0/128, 64/0/256, 64/1/128 or 64/1/256",
                std::to_string(a.block_m) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.down_tile_n));
   }

@@ -48,7 +48,6 @@ struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 64, "block_m");
   static_assert(BN == 128 || BN == 256, "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
-  static_assert(!kBlock || kGateUp || BN == 128, "block-scaled down: one weight scale per stage");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
   static constexpr bool kWgmma = BM == 64;
@@ -249,7 +248,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
                                 : a.act_scale + static_cast<int64_t>(slot) * kb_per_row;
           } else if (idx < BM + 2) {
             sc_ok[j] = 1;
-            const int wrow = kGateUp ? (idx == BM ? n0 : I + n0) : n0;  // the weight block's first row
+            // the weight block's first row: gate-up its gate and up blocks; down its one block (128-row tiles) or
+            // two (256-row tiles: H % 256 == 0, so both are inside)
+            const int wrow = kGateUp ? (idx == BM ? n0 : I + n0) : (idx == BM || BN == 128 ? n0 : n0 + kScaleBlock);
             const int nbk = (kGateUp ? 2 * I : H) / kScaleBlock;
             sc_src[j] = (kGateUp ? a.w13_scale : a.w2_scale) +
                         (static_cast<int64_t>(e) * nbk + wrow / kScaleBlock) * kb_per_row;
@@ -510,7 +511,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
 #pragma unroll
             for (int nt = 0; nt < C::kNT; ++nt) {
-              const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
+              // gate-up: gate block, then up block; down 256-row tiles: warpgroup wn's own 128-row block
+              const float sw = sc[BM + (kGateUp ? (nt >= C::kNT / 2 ? 1 : 0) : (BN == 256 ? wn : 0))];
               acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
               acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
               acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);

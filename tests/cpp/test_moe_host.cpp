@@ -27,10 +27,12 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(gate_up_tile_n(false, 64, 192), 128);   // TP8 shards (I = 192): 64 columns divide, 128 do not
   EXPECT_EQ(gate_up_tile_n(true, 16, 256), 256);    // one tile holds a whole 128-column activation group
   EXPECT_EQ(gate_up_tile_n(true, 64, 1536), 256);
-  EXPECT_EQ(down_tile_n(false, 16, 4096), 128);
-  EXPECT_EQ(down_tile_n(false, 64, 4096), 256);
-  EXPECT_EQ(down_tile_n(false, 64, 320), 128);      // hidden 320: 256-column tiles would leave 3/8 empty
-  EXPECT_EQ(down_tile_n(true, 64, 7168), 128);      // block-wise down: one weight scale per stage
+  EXPECT_EQ(down_tile_n(false, 16, 4096, 1536), 128);
+  EXPECT_EQ(down_tile_n(false, 64, 4096, 1536), 256);
+  EXPECT_EQ(down_tile_n(false, 64, 4096, 192), 128);  // K = 192 (TP8 shards): 128 rows measured faster
+  EXPECT_EQ(down_tile_n(false, 64, 320, 256), 128);   // hidden 320: 256-column tiles would leave 3/8 empty
+  EXPECT_EQ(down_tile_n(true, 64, 7168, 2048), 256);  // block-wise: one weight block per warpgroup
+  EXPECT_EQ(down_tile_n(true, 16, 7168, 2048), 128);
   EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
 }

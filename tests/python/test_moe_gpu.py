@@ -137,10 +137,11 @@ def test_64_row_tiles_long_k(block):
     run_case(512, 640, 640, 16, 8, block, kind="skewed", seed=640)
 
 
-def test_64_row_tiles_256_weight_rows_long_k():
-    # per-tensor 64-row tiles with 256 weight rows in both GEMMs (I % 128 == 0, H % 256 == 0); K = 640 for the
-    # down projection: 5 stages per item; two output blocks of 256 columns
-    run_case(512, 512, 640, 16, 8, False, kind="skewed", seed=512)
+@pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
+def test_64_row_tiles_256_weight_rows_long_k(block):
+    # 64-row tiles with 256 weight rows in both GEMMs (I % 128 == 0, H % 256 == 0); K = 640 for the down
+    # projection: 5 stages per item; two output blocks of 256 columns (block-wise: two weight blocks each)
+    run_case(512, 512, 640, 16, 8, block, kind="skewed", seed=512 + block)
 
 
 def test_64_row_tiles_half_width_output_block():
