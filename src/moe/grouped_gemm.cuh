@@ -15,8 +15,8 @@
 //    release the stage on its empty barrier. The ring runs continuously across work items.
 //  * 64-row tiles use wgmma (two consumer warpgroups) instead; with 128 weight rows one stage's wgmma group stays
 //    in flight while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles
-//    (block-scaled gate-up, and per-tensor where the columns divide) wait for each stage: their registers do not
-//    hold a second partial tile.
+//    (where the columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the
+//    same by half stages (64 weight rows per warpgroup and wgmma group).
 //  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
 //    output block in shared memory and store whole 128-byte row segments.
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
@@ -320,6 +320,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // two more partial tiles of those would not fit in the registers.
   constexpr bool kPipe = C::kWgmma && BN == 128;
   static_assert(!(C::kWgmma && kBlock && kGateUp) || !kPipe, "block-scaled gate-up tiles have 256 rows");
+  // 256-row tiles pipeline by half stages instead: a warpgroup's stage is two wgmma groups of 64 weight rows
+  // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
+  // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
+  // 64 accumulators + two half partials, as many as a whole-stage partial without the pipeline.
+  constexpr bool kHalfPipe = C::kWgmma && BN == 256;
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -363,10 +368,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // first). wgmma: waits for the stage, issues and commits; the caller waits for the group.
     auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4], int accumulate) {
       const uint32_t sb = sa + C::kABytes;
-      if constexpr (C::kWgmma) {
+      if constexpr (kHalfPipe) {
+        // unused: 256-row tiles issue their stages by halves (below)
+      } else if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
-        // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows, or two
-        // of 64 rows each (256-row tiles: the wgmma wrappers stop at n64).
+        // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
         // A rows that arrived by cp.async (generic proxy) are fenced for wgmma's async-proxy reads.
         if constexpr (!C::kTmaA) fence_proxy_async_shared();
         wgmma_fence();
@@ -374,17 +380,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
           const uint64_t da = gmma_desc_sw128(sa + kk * 32);
           // a stage's first wgmma (accumulate 0) declares d write-only
-          constexpr int kParts = kGateUp || C::kWN > 64 ? 2 : 1;
-          constexpr int kN = C::kWN / kParts;
-          const uint64_t db0 = gmma_desc_sw128(sb + (wn * (kGateUp ? kN : C::kWN)) * 128 + kk * 32);
-          // the second part: gate-up its up rows (second box), down its next kN rows
-          const uint64_t db1 = gmma_desc_sw128(sb + (kGateUp ? C::kBoxRows + wn * kN : wn * C::kWN + kN) * 128 + kk * 32);
+          constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
+          const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
+          const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
           if (kk == 0 && !accumulate) {
             wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
-            if constexpr (kParts == 2) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
+            if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
           } else {
             wgmma_m64k32_e4m3<kN, 0>(d[0], da, db0);
-            if constexpr (kParts == 2) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
+            if constexpr (kGateUp) wgmma_m64k32_e4m3<kN, C::kNT / 2>(d[0], da, db1);
           }
         }
         wgmma_commit();
@@ -431,7 +435,75 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       if (lane == 0) mbar_arrive(&empty[st % C::kStages]);  // this warp is done with the stage
     };
 
-    if constexpr (kPipe) {
+    if constexpr (kHalfPipe) {
+      constexpr int kHalfNT = C::kNT / 2;
+      constexpr int kN = C::kWN / 2;  // weight rows of one half (wgmma n)
+      static_assert(C::kMT == 1 && kN == 64, "wgmma tiles: one m64 per warpgroup, halves of 64 rows");
+      float pg[kHalfNT][4], pu[kHalfNT][4];  // the halves' partials (gate-up: gate, up), in turn
+      // waits for stage st (first half only) and issues half h's wgmma group into d
+      auto issue = [&](int st, int h, float (&d)[kHalfNT][4]) {
+        const int slot = st % C::kStages;
+        const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
+        const uint32_t sb = sa + C::kABytes;
+        if (h == 0) {
+          mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
+          if constexpr (!C::kTmaA) fence_proxy_async_shared();  // A rows written by cp.async (generic proxy)
+        }
+        const int brow = kGateUp ? h * C::kBoxRows + wn * kN : wn * C::kWN + h * kN;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+          const uint64_t da = gmma_desc_sw128(sa + kk * 32);
+          const uint64_t db = gmma_desc_sw128(sb + brow * 128 + kk * 32);
+          if (kk == 0) {
+            wgmma_m64k32_e4m3_first<kN, 0>(d, da, db);
+          } else {
+            wgmma_m64k32_e4m3<kN, 0>(d, da, db);
+          }
+        }
+        wgmma_commit();
+      };
+      // adds half h of stage st (complete) to the accumulators; the second half releases the stage
+      auto retire_half = [&](int st, int h, float (&d)[kHalfNT][4]) {
+        float s0 = 1.f, s1 = 1.f;
+        if constexpr (kBlock) {  // (activation row scale x weight block scale) of the stage's K block
+          const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
+          const float sw = sc[BM + (kGateUp ? h : wn)];  // gate-up: gate / up block; down: the warpgroup's block
+          s0 = sc[wm * C::kWM + g] * sw;
+          s1 = sc[wm * C::kWM + g + 8] * sw;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kHalfNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            wgmma_fence_operand(d[nt][i]);
+            if constexpr (kBlock) {
+              acc[0][h * kHalfNT + nt][i] += d[nt][i] * (i < 2 ? s0 : s1);
+            } else {
+              acc[0][h * kHalfNT + nt][i] += d[nt][i];
+            }
+          }
+        if (h == 1) release(st);  // after the scales are read: they live in the stage
+      };
+      const int n = kb1 - kb0;  // >= 1 (see kPipe)
+      issue(step, 0, pg);
+      load_epilogue_inputs();
+      issue(step, 1, pu);
+      int j = 0;
+      for (; j + 1 < n; ++j) {
+        wgmma_wait<1>();  // stage j's first half is complete, its second in flight
+        retire_half(step + j, 0, pg);
+        issue(step + j + 1, 0, pg);
+        wgmma_wait<1>();  // stage j's second half is complete, stage j + 1's first in flight
+        retire_half(step + j, 1, pu);
+        issue(step + j + 1, 1, pu);
+      }
+      wgmma_wait<1>();  // the last stage
+      retire_half(step + j, 0, pg);
+      wgmma_wait<0>();
+      retire_half(step + j, 1, pu);
+      step += n;
+    } else if constexpr (kPipe) {
       // wgmma's FP8 accumulation keeps fewer bits than fp32: each 128-deep stage is summed on its own (p0, p1
       // in turn) and added to the fp32 accumulators once its group is complete, while the next stage's group
       // runs (two-level accumulation, as block-wise scaling does anyway).
@@ -492,13 +564,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           mma_stage_on(sa, d, accumulate);
           if constexpr (C::kWgmma) wgmma_wait<0>();
         };
-        if constexpr (!kBlock && !C::kWgmma) {
+        if constexpr (!kBlock) {
           mma_stage(acc, 1);
-        } else if constexpr (!kBlock) {
-          // per-tensor 256-row wgmma tiles: each 128-deep stage summed on its own, then added in fp32 (as kPipe)
-          float part[C::kMT][C::kNT][4];
-          mma_stage(part, 0);
-          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { acc[mt][nt][i] += part[mt][nt][i]; });
         } else {
           float part[C::kMT][C::kNT][4];
           if constexpr (!C::kWgmma) {
@@ -511,8 +578,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
 #pragma unroll
             for (int nt = 0; nt < C::kNT; ++nt) {
-              // gate-up: gate block, then up block; down 256-row tiles: warpgroup wn's own 128-row block
-              const float sw = sc[BM + (kGateUp ? (nt >= C::kNT / 2 ? 1 : 0) : (BN == 256 ? wn : 0))];
+              const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
               acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
               acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
               acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
