@@ -71,7 +71,8 @@ void fused_moe(const MoeParams& p) {
   a.block_m = block_m(p.num_tokens, p.top_k, p.num_global_experts);
   a.block_scaled = block ? 1 : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
-  // tile, any other value both GEMMs wherever the heuristic may pick 256 (to measure one against the other).
+  // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled
+  // gate-up, which needs 256 (to measure one against the other in one device run).
   static const int narrow = [] {
     const char* v = std::getenv("HOPPERKIT_MOE_NARROW_TILES");
     return v == nullptr ? 0 : (std::string(v) == "down" ? 1 : 2);

@@ -10,6 +10,10 @@ namespace {
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).
 template <class F>
 void with_variant(const MoeKernelArgs& a, F&& f) {
+  // 256-row tiles: both 128-row weight blocks of a tile inside H (block-wise scales are read for both)
+  HK_CHECK(kUnsupported, a.down_tile_n == 128 || a.hidden_size % 256 == 0, "down tile_n / hidden",
+           "128, or a hidden size that is a multiple of 256",
+           std::to_string(a.down_tile_n) + " / " + std::to_string(a.hidden_size));
   switch ((a.block_m * 2 + a.block_scaled) * 1000 + a.down_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, false, false>{}); break;
     case (16 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<16, 128, false, true>{}); break;

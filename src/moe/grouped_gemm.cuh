@@ -18,7 +18,7 @@
 //    (where the columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the
 //    same by half stages (64 weight rows per warpgroup and wgmma group).
 //  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
-//    output block in shared memory and store whole 128-byte row segments.
+//    output block in shared memory and store whole row segments (128 or 256 bytes).
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
 // scale x weight block scale).
 //
@@ -83,8 +83,8 @@ struct MoeGemmConfig {
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
   static constexpr int kAChunks = BM * (kBK / 16) / 32;  // A chunks per producer lane per stage
   static constexpr int kScaleSlots = (kScaleFloats + 31) / 32;
-  // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 bytes) goes through its
-  // own shared-memory block, so that it is stored as whole 128-byte row segments in 16-byte chunks (the
+  // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 or 256 bytes) goes
+  // through its own shared-memory block, so that it is stored as whole row segments in 16-byte chunks (the
   // fragment layout stores 4 bytes per thread, 8 rows per warp instruction); warp-local, no CTA barrier.
   static constexpr bool kStagedOut = !kGateUp && BM == 64;
   static constexpr int kOutRowChunks = kWN * 2 / 16;            // 16-byte chunks per row of a warp's block
@@ -316,10 +316,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   zero_acc();
 
   // 64-row tiles with 128 weight rows keep one stage's wgmmas in flight while the previous stage's sum is added
-  // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) wait for each stage:
-  // two more partial tiles of those would not fit in the registers.
+  // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) have no room for two
+  // more whole partial tiles: kHalfPipe.
   constexpr bool kPipe = C::kWgmma && BN == 128;
-  static_assert(!(C::kWgmma && kBlock && kGateUp) || !kPipe, "block-scaled gate-up tiles have 256 rows");
   // 256-row tiles pipeline by half stages instead: a warpgroup's stage is two wgmma groups of 64 weight rows
   // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
@@ -695,7 +694,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       for (int j = 0; j < C::kOutChunks; ++j) {
         const int c = lane + 32 * j;
         const int r = c / C::kOutRowChunks, ch = c % C::kOutRowChunks;
-        const int n = n0 + wn * C::kWN + ch * 8;  // H is a multiple of 64: a warp's columns are all in or all out
+        const int n = n0 + wn * C::kWN + ch * 8;  // H % 8 == 0: a chunk is all in or all out
         if (out_rid[j] >= 0 && n < H) {
           *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(out_rid[j]) * H + n) =
               *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);

@@ -133,7 +133,8 @@ def test_per_tensor_smallest_multiples_of_64(H, I):
 @pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
 def test_64_row_tiles_long_k(block):
     # 256 rows per expert on average: 64-row (wgmma) tiles; gate-up and down run 5 stages each (H = I = 640:
-    # an odd count, so the in-flight pair of partial sums ends on its single-stage tail); down: 5 output blocks
+    # an odd count, so the pipelines end on a single-stage tail); gate-up at 256 weight rows (half stages), down
+    # at 128 (H % 256 != 0: 5 output blocks, whole stages in flight)
     run_case(512, 640, 640, 16, 8, block, kind="skewed", seed=640)
 
 
@@ -142,6 +143,20 @@ def test_64_row_tiles_256_weight_rows_long_k(block):
     # 64-row tiles with 256 weight rows in both GEMMs (I % 128 == 0, H % 256 == 0); K = 640 for the down
     # projection: 5 stages per item; two output blocks of 256 columns (block-wise: two weight blocks each)
     run_case(512, 512, 640, 16, 8, block, kind="skewed", seed=512 + block)
+
+
+def test_64_row_tiles_128_weight_rows_expert_parallel_fp8_input():
+    # I = 192: both GEMMs at 128 weight rows; half the experts remote, fp8 input; K = 256 for the gate-up: two
+    # stages (the in-flight pair's even tail)
+    run_case(200, 256, 192, 16, 4, False, ep=True, fp8_input=True, seed=192, check_repeat=True)
+
+
+@pytest.mark.parametrize("H,I,block", [(128, 256, False), (128, 256, True), (192, 256, False), (256, 128, True)],
+                         ids=["gate_up_1_stage", "gate_up_1_stage_block", "gate_up_k_tail", "down_1_stage_block"])
+def test_256_row_tiles_short_k(H, I, block):
+    # 75 rows per expert: 64-row tiles with 256 weight rows; the half-stage pipeline with a single stage (K = 128)
+    # and with a 64-deep K tail (H = 192)
+    run_case(300, H, I, 16, 4, block, kind="skewed", seed=H * 3 + I + block)
 
 
 def test_64_row_tiles_half_width_output_block():
@@ -155,8 +170,8 @@ def test_top_k_extremes(K):
 
 
 # ------------------------------------------------------------------------------------------ model shapes
-@pytest.mark.parametrize("T", [1, 4, 64, 257])
-def test_hy3_tp8_per_tensor(T):
+@pytest.mark.parametrize("T", [1, 4, 64, 257, 512])
+def test_hy3_tp8_per_tensor(T):  # 512 tokens: 64-row tiles, 128 weight rows (I = 192), even stage counts
     run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
 
 

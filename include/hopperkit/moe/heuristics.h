@@ -31,14 +31,13 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
   return mean_rows_per_expert(num_tokens, top_k, num_global_experts) <= 16 ? 16 : 64;
 }
 
-// Weight rows one GEMM tile covers (the N extent), one of kTileNs. Gate-up tiles hold matching gate and up rows
+// Weight rows one GEMM tile covers (the N extent): 128 or 256. Gate-up tiles hold matching gate and up rows
 // (half each) so that SiLU(gate) * up is formed in registers; block-wise scaling needs all 128 columns of an
 // activation quantisation group in one tile, hence 256 rows there. 64-row tiles take 256 weight rows where the
 // columns divide evenly (gate-up: 128 intermediate columns per tile; down: 256 hidden columns) and the
 // intermediate is a multiple of 128: each A stage then feeds twice the MMA work (per-tensor at >= 1024 tokens
 // up to 20% faster, session 5 run 2). Down tiles with K = 192 (TP8 shards) measured 1-3% slower with 256 rows
 // (the 128-row tile keeps a stage in flight), so they keep 128.
-constexpr int kTileNs[] = {128, 256};
 HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate) {
   return block_scaled || (bm == 64 && intermediate % 128 == 0) ? 256 : 128;
 }
