@@ -77,7 +77,9 @@ struct MoeGemmConfig {
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring (the 256-row down
   // tile leaves room for its output staging, 34 KB).
-  static constexpr int kBudget = (BM == 16 && BN == 128) ? 108 * 1024 : (!kGateUp && BM == 64 && BN == 256) ? 170 * 1024 : 205 * 1024;
+  static constexpr int kBudget = (BM == 16 && BN == 128)                  ? 108 * 1024
+                                 : (!kGateUp && BM == 64 && BN == 256) ? 170 * 1024
+                                                                       : 205 * 1024;
   static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
   static_assert(kStages >= 3, "ring depth");
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
