@@ -49,22 +49,28 @@ __device__ __forceinline__ void wgmma_wait() {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
+// One m64nNk32 e4m3 wgmma: accumulator constraint C ("+f" or "=f") and scale-d (1: d += A x B^T, 0: d = A x B^T).
+#define HK_WGMMA_E4M3(C, SCALE_D)                                                                                  \
+  if constexpr (N == 32) {                                                                                         \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, " SCALE_D \
+                 ", 1, 1;\n"                                                                                       \
+                 : HK_WGMMA_ACC32(C)                                                                               \
+                 : "l"(desc_a), "l"(desc_b));                                                                      \
+  }                                                                                                                \
+  if constexpr (N == 64) {                                                                                         \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, " SCALE_D \
+                 ", 1, 1;\n"                                                                                       \
+                 : HK_WGMMA_ACC64(C)                                                                               \
+                 : "l"(desc_a), "l"(desc_b));                                                                      \
+  }
+
 // d[NT0 .. NT0 + N/8) += A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out
 // (a chain's first product: wgmma_m64k32_e4m3_first below).
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
   static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
-  if constexpr (N == 32) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, 1, 1, 1;\n"
-                 : HK_WGMMA_ACC32(HK_WGMMA_RW)
-                 : "l"(desc_a), "l"(desc_b));
-  }
-  if constexpr (N == 64) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, 1, 1, 1;\n"
-                 : HK_WGMMA_ACC64(HK_WGMMA_RW)
-                 : "l"(desc_a), "l"(desc_b));
-  }
+  HK_WGMMA_E4M3(HK_WGMMA_RW, "1")
 }
 
 // d[NT0 .. NT0 + N/8) = A x B^T (the previous values are not read), d declared write-only: a chain that starts with it
@@ -73,18 +79,10 @@ template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
   static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
-  if constexpr (N == 32) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, 0, 1, 1;\n"
-                 : HK_WGMMA_ACC32(HK_WGMMA_W)
-                 : "l"(desc_a), "l"(desc_b));
-  }
-  if constexpr (N == 64) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, 0, 1, 1;\n"
-                 : HK_WGMMA_ACC64(HK_WGMMA_W)
-                 : "l"(desc_a), "l"(desc_b));
-  }
+  HK_WGMMA_E4M3(HK_WGMMA_W, "0")
 }
 
+#undef HK_WGMMA_E4M3
 #undef HK_WGMMA_ACC4
 #undef HK_WGMMA_ACC32
 #undef HK_WGMMA_ACC64

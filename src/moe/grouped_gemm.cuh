@@ -365,9 +365,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
       }
     };
-    // Stage `st`'s MMAs into d. accumulate 0: d = this stage's product (wgmma only; mma.sync callers zero d
-    // first). wgmma: waits for the stage, issues and commits; the caller waits for the group.
-    auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4], int accumulate) {
+    // Stage `st`'s MMAs into d. wgmma (128-row tiles): d = this stage's product, issued and committed; the
+    // caller waits for the group. mma.sync: d += the product (callers zero d for a stage's own sum).
+    auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4]) {
       const uint32_t sb = sa + C::kABytes;
       if constexpr (kHalfPipe) {
         // unused: 256-row tiles issue their stages by halves (below)
@@ -380,11 +380,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
           const uint64_t da = gmma_desc_sw128(sa + kk * 32);
-          // a stage's first wgmma (accumulate 0) declares d write-only
+          // the stage's first wgmma declares d write-only
           constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
           const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
           const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
-          if (kk == 0 && !accumulate) {
+          if (kk == 0) {
             wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
             if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
           } else {
@@ -426,10 +426,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     };
     // waits for stage `st` and starts its MMAs
-    auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4], int accumulate) {
+    auto mma_stage_at = [&](int st, float (&d)[C::kMT][C::kNT][4]) {
       const int slot = st % C::kStages;
       mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
-      mma_stage_on(smem_addr(smem + slot * C::kStageBytes), d, accumulate);
+      mma_stage_on(smem_addr(smem + slot * C::kStageBytes), d);
     };
     auto release = [&](int st) {
       __syncwarp();
@@ -534,19 +534,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         release(st);  // after the scales are read: they live in the stage
       };
       const int n = kb1 - kb0;  // >= 1: the host rejects K = 0, and a split slice holds at least one stage
-      mma_stage_at(step, p0, 0);
+      mma_stage_at(step, p0);
       load_epilogue_inputs();
       int j = 0;
       for (; j + 2 < n; j += 2) {  // stage j is in flight in p0
-        mma_stage_at(step + j + 1, p1, 0);
+        mma_stage_at(step + j + 1, p1);
         wgmma_wait<1>();
         retire(p0, step + j);
-        mma_stage_at(step + j + 2, p0, 0);
+        mma_stage_at(step + j + 2, p0);
         wgmma_wait<1>();
         retire(p1, step + j + 1);
       }
       if (j + 1 < n) {  // the last two stages: j in flight in p0
-        mma_stage_at(step + j + 1, p1, 0);
+        mma_stage_at(step + j + 1, p1);
         wgmma_wait<1>();
         retire(p0, step + j);
         wgmma_wait<0>();
@@ -556,23 +556,18 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         retire(p0, step + j);
       }
       step += n;
-    } else {
+    } else {  // 16-row tiles (mma.sync)
+      static_assert(!C::kWgmma, "wgmma tiles take kPipe or kHalfPipe");
       for (int kt = kb0; kt < kb1; ++kt, ++step) {
         const int slot = step % C::kStages;
         mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
         const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
-        auto mma_stage = [&](float (&d)[C::kMT][C::kNT][4], int accumulate) {
-          mma_stage_on(sa, d, accumulate);
-          if constexpr (C::kWgmma) wgmma_wait<0>();
-        };
         if constexpr (!kBlock) {
-          mma_stage(acc, 1);
+          mma_stage_on(sa, acc);
         } else {
           float part[C::kMT][C::kNT][4];
-          if constexpr (!C::kWgmma) {
-            for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
-          }
-          mma_stage(part, 0);
+          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
+          mma_stage_on(sa, part);
           const float* sc = s_scale + slot * C::kScaleFloats;
 #pragma unroll
           for (int mt = 0; mt < C::kMT; ++mt) {
