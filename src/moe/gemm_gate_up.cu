@@ -11,10 +11,9 @@ namespace {
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).
 template <class F>
 void with_variant(const MoeKernelArgs& a, F&& f) {
-  // 256-row per-tensor tiles store 128 intermediate columns per tile (no column check in the epilogue)
-  HK_CHECK(kUnsupported, a.gate_up_tile_n == 128 || a.intermediate % 128 == 0, "gate-up tile_n / intermediate",
-           "128, or an intermediate that is a multiple of 128",
-           std::to_string(a.gate_up_tile_n) + " / " + std::to_string(a.intermediate));
+  // a warp's columns are all in or all past I (the epilogue skips them per warp): 64 columns per warp
+  HK_CHECK(kUnsupported, a.intermediate % 64 == 0, "intermediate", "a multiple of 64",
+           std::to_string(a.intermediate));
   switch ((a.block_m * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false>{}); break;
     case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;

@@ -667,7 +667,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-          if (r >= rows) continue;
+          // I % 64 == 0: a warp's kWN / 2 columns are all in or all past I; only per-tensor 256-row tiles can
+          // reach past it (I % 128 == 64: the last column block's second warpgroup computes from up rows and
+          // rows past the tensor, zero-filled)
+          constexpr bool kColsPastI = C::kWgmma && BN == 256 && !kBlock;
+          if (r >= rows || (kColsPastI && n0 + wn * (C::kWN / 2) >= I)) continue;
           const float sc = kBlock ? row_scale[mt][hh] : a2;
           uint8_t* dst_row = a.act + static_cast<int64_t>(row_begin + r) * I + n0 + wn * (C::kWN / 2) + 2 * t4;
 #pragma unroll

@@ -24,7 +24,7 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(16384, 8, 256), 64);
   EXPECT_EQ(gate_up_tile_n(false, 16, 2048), 128);  // decode tiles: 128 weight rows (2 CTAs per SM)
   EXPECT_EQ(gate_up_tile_n(false, 64, 2048), 256);  // 64-row tiles: 128 intermediate columns per tile
-  EXPECT_EQ(gate_up_tile_n(false, 64, 192), 128);   // TP8 shards (I = 192): 64 columns divide, 128 do not
+  EXPECT_EQ(gate_up_tile_n(false, 64, 192), 256);   // TP8 shards (I = 192): the last block's second half unused
   EXPECT_EQ(gate_up_tile_n(true, 16, 256), 256);    // one tile holds a whole 128-column activation group
   EXPECT_EQ(gate_up_tile_n(true, 64, 1536), 256);
   EXPECT_EQ(down_tile_n(false, 16, 4096, 1536), 128);

@@ -145,9 +145,9 @@ def test_64_row_tiles_256_weight_rows_long_k(block):
     run_case(512, 512, 640, 16, 8, block, kind="skewed", seed=512 + block)
 
 
-def test_64_row_tiles_128_weight_rows_expert_parallel_fp8_input():
-    # I = 192: both GEMMs at 128 weight rows; half the experts remote, fp8 input; K = 256 for the gate-up: two
-    # stages (the in-flight pair's even tail)
+def test_64_row_tiles_i192_expert_parallel_fp8_input():
+    # I = 192: gate-up at 256 weight rows (the last column block half past I), down at 128 (K = 192: a 64-deep
+    # tail); half the experts remote, fp8 input; K = 256 for the gate-up: two stages
     run_case(200, 256, 192, 16, 4, False, ep=True, fp8_input=True, seed=192, check_repeat=True)
 
 
@@ -157,6 +157,13 @@ def test_256_row_tiles_short_k(H, I, block):
     # 75 rows per expert: 64-row tiles with 256 weight rows; the half-stage pipeline with a single stage (K = 128)
     # and with a 64-deep K tail (H = 192)
     run_case(300, H, I, 16, 4, block, kind="skewed", seed=H * 3 + I + block)
+
+
+@pytest.mark.parametrize("I", [64, 320])
+def test_64_row_tiles_gate_up_columns_past_intermediate(I):
+    # 256 rows per expert: 64-row per-tensor tiles with 256 weight rows at I % 128 == 64: the last column block's
+    # second warpgroup reads up rows (as gate) and rows past the tensor (as up) and must store nothing
+    run_case(512, 256, I, 16, 8, False, kind="skewed", seed=1000 + I)
 
 
 def test_64_row_tiles_half_width_output_block():
@@ -171,7 +178,7 @@ def test_top_k_extremes(K):
 
 # ------------------------------------------------------------------------------------------ model shapes
 @pytest.mark.parametrize("T", [1, 4, 64, 257, 512])
-def test_hy3_tp8_per_tensor(T):  # 512 tokens: 64-row tiles, 128 weight rows (I = 192), even stage counts
+def test_hy3_tp8_per_tensor(T):  # 512 tokens: 64-row tiles (gate-up 256 weight rows at I = 192, down 128)
     run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
 
 

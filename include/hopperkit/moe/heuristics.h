@@ -33,13 +33,16 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
 
 // Weight rows one GEMM tile covers (the N extent): 128 or 256. Gate-up tiles hold matching gate and up rows
 // (half each) so that SiLU(gate) * up is formed in registers; block-wise scaling needs all 128 columns of an
-// activation quantisation group in one tile, hence 256 rows there. 64-row tiles take 256 weight rows where the
-// columns divide evenly (gate-up: 128 intermediate columns per tile; down: 256 hidden columns) and the
-// intermediate is a multiple of 128: each A stage then feeds twice the MMA work (per-tensor at >= 1024 tokens
-// up to 20% faster, session 5 run 2). Down tiles with K = 192 (TP8 shards) measured 1-3% slower with 256 rows
-// (the 128-row tile keeps a stage in flight), so they keep 128.
+// activation quantisation group in one tile, hence 256 rows there. 64-row tiles take 256 weight rows: each A
+// stage then feeds twice the MMA work (per-tensor at >= 1024 tokens up to 20% faster where I % 128 == 0,
+// session 5 run 2). At I % 128 == 64 (TP8 shards, I = 192) the last column block's second warpgroup computes
+// 64 columns past I that are not stored (25% more MMA work at I = 192, the same L2 traffic: its up rows past
+// the tensor come back zero-filled) [session 6: measured against 128 rows, see docs/NOTES.md].
+// Down tiles need H % 256 == 0; with K = 192 (TP8 shards) they measured 1-3% slower with 256 rows (the
+// 128-row tile keeps a stage in flight), so they keep 128.
 HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate) {
-  return block_scaled || (bm == 64 && intermediate % 128 == 0) ? 256 : 128;
+  (void)intermediate;  // a multiple of 64 (validated)
+  return block_scaled || bm == 64 ? 256 : 128;
 }
 HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
