@@ -14,8 +14,6 @@
 namespace hopperkit {
 namespace moe {
 
-constexpr int kMaxDevices = 64;
-
 // One grouped-GEMM variant as a type (the dispatchers in gemm_gate_up.cu / gemm_down.cu pass one to a lambda).
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmVariant {};

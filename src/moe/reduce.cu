@@ -1,5 +1,7 @@
 // hopperkit fused FP8 MoE, kernel 4: out[t] = sum_k topk_weights[t, k] * y[t * top_k + k] (+ shared[t]),
 // summed in k order (deterministic); rows of experts that are not local are skipped.
+#include <atomic>
+
 #include "common/ptx.cuh"
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
@@ -13,50 +15,67 @@ using namespace ptx;
 namespace {
 
 constexpr int kReduceThreads = 256;
+constexpr int kReduceChunk = 8;  // rows loaded together (4 registers each)
 
-// At decode the whole reduce is a few dependent loads deep: the routing (ids, weights, expert map) is an input
-// of the call, so each thread reads its rows' routing before waiting for the down GEMM, then issues all its
-// (up to kMaxTopK) row loads at once, then sums them in k order.
-__global__ void __launch_bounds__(kReduceThreads) moe_reduce_kernel(const MoeKernelArgs a) {
+// One thread: 8 columns (16 bytes) of one token, looping over the grid's vectors. The routing of a vector
+// (top_k weights, which rows are local) is an input of the call: the first is read before waiting for the down
+// GEMM, each next one while the current vector's rows are in flight, so that a thread's only dependent latency
+// per vector is its row loads (prefill: the rows are ~300 MB and the grid is what stays resident, so a vector's
+// routing -> rows chain would otherwise be paid once per vector, session 6). kK: the largest top_k handled
+// (8: most models, 3 CTAs per SM (4 spill); 16: two chunks of 8 rows, 2 CTAs per SM).
+template <int kK>
+struct Route {
+  float w[kK];
+  uint32_t local;  // bit k: row k's expert is local (other rows are skipped, not loaded)
+};
+
+template <int kK>
+__device__ __forceinline__ Route<kK> load_route(const MoeKernelArgs& a, int64_t t) {
+  Route<kK> r;
+  r.local = 0;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    r.w[k] = 0.f;
+    if (k < a.top_k) {
+      const int64_t row = t * a.top_k + k;
+      if (moe_local_expert(a, a.topk_ids[row]) >= 0) r.local |= 1u << k;
+      r.w[k] = a.topk_weights[row];
+    }
+  }
+  return r;
+}
+
+template <int kK>
+__global__ void __launch_bounds__(kReduceThreads, kK == 8 ? 3 : 2) moe_reduce_kernel(const MoeKernelArgs a) {
   const int vecs = a.hidden_size / 8;  // 8 bf16 per thread
   const int64_t total = static_cast<int64_t>(a.num_tokens) * vecs;
-  bool waited = false;
-  for (int64_t v = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x; v < total;
-       v += static_cast<int64_t>(gridDim.x) * kReduceThreads) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kReduceThreads;
+  int64_t v = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x;
+  Route<kK> cur;
+  if (v < total) cur = load_route<kK>(a, v / vecs);
+  grid_dependency_wait();  // y comes from the down GEMM (a grid with no vector here still waits, so that it
+  launch_dependents();     // never completes before the down GEMM)
+  for (; v < total; v += stride) {
     const int64_t t = v / vecs;
     const int col = static_cast<int>(v % vecs) * 8;
-    float w[kMaxTopK];
-    uint32_t local = 0;  // bit k: row k's expert is local (other rows are skipped, not loaded)
-#pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) {
-      w[k] = 0.f;
-      if (k < a.top_k) {
-        const int64_t row = t * a.top_k + k;
-        if (moe_local_expert(a, a.topk_ids[row]) >= 0) local |= 1u << k;
-        w[k] = a.topk_weights[row];
-      }
-    }
-    if (!waited) {
-      grid_dependency_wait();  // y comes from the down GEMM
-      launch_dependents();
-      waited = true;
-    }
+    const bool more = v + stride < total;
+    Route<kK> nxt;
     float acc[8] = {};
-    constexpr int kChunk = 8;  // rows loaded together (registers: 4 per row)
 #pragma unroll
-    for (int k0 = 0; k0 < kMaxTopK; k0 += kChunk) {
+    for (int k0 = 0; k0 < kK; k0 += kReduceChunk) {
       if (k0 >= a.top_k) break;
-      uint4 y[kChunk];
+      uint4 y[kReduceChunk];
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        if (local & (1u << (k0 + i))) {
+      for (int i = 0; i < kReduceChunk; ++i) {
+        if (cur.local & (1u << (k0 + i))) {
           y[i] = __ldcs(reinterpret_cast<const uint4*>(a.y + (t * a.top_k + k0 + i) * a.hidden_size + col));
         }
       }
+      if (k0 == 0 && more) nxt = load_route<kK>(a, (v + stride) / vecs);  // while these rows are in flight
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        if (local & (1u << (k0 + i))) {
-          const float wk = w[k0 + i];
+      for (int i = 0; i < kReduceChunk; ++i) {
+        if (cur.local & (1u << (k0 + i))) {
+          const float wk = cur.w[k0 + i];
           const uint32_t yy[4] = {y[i].x, y[i].y, y[i].z, y[i].w};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
@@ -81,20 +100,36 @@ __global__ void __launch_bounds__(kReduceThreads) moe_reduce_kernel(const MoeKer
     o.z = pack_bf16x2(acc[4], acc[5]);
     o.w = pack_bf16x2(acc[6], acc[7]);
     *reinterpret_cast<uint4*>(a.out + t * a.out_stride + col) = o;
-  }
-  if (!waited) {  // no vector here: still wait, so that this grid never completes before the down GEMM
-    grid_dependency_wait();
-    launch_dependents();
+    if (more) cur = nxt;
   }
 }
 
-}  // namespace
+// CTAs of moe_reduce_kernel<kK> resident per SM x SMs, per device (measured once)
+template <int kK>
+int reduce_resident_ctas() {
+  static std::atomic<int> resident[kMaxDevices] = {};
+  int dev = 0;
+  HK_CUDA_CHECK(cudaGetDevice(&dev));
+  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  int res = resident[dev].load(std::memory_order_acquire);
+  if (res == 0) {
+    int per_sm = 0, sms = 0;
+    HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_reduce_kernel<kK>, kReduceThreads, 0));
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    HK_CHECK(kUnsupported, per_sm >= 1, "moe reduce", "at least one resident CTA per SM", per_sm);
+    res = per_sm * sms;
+    resident[dev].store(res, std::memory_order_release);  // threads racing here store the same value
+  }
+  return res;
+}
 
-void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
+template <int kK>
+void launch_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
   const int64_t blocks = (total + kReduceThreads - 1) / kReduceThreads;
+  const int64_t resident = reduce_resident_ctas<kK>();
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks < 4096 ? blocks : 4096));
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident));
   cfg.blockDim = dim3(kReduceThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -102,7 +137,17 @@ void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_reduce_kernel, a));
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_reduce_kernel<kK>, a));
+}
+
+}  // namespace
+
+void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
+  if (a.top_k <= kReduceChunk) {
+    launch_reduce<kReduceChunk>(a, stream);
+  } else {
+    launch_reduce<kMaxTopK>(a, stream);
+  }
 }
 
 }  // namespace moe
