@@ -77,7 +77,9 @@ void fused_moe(const MoeParams& p) {
     const char* v = std::getenv("HOPPERKIT_MOE_NARROW_TILES");
     return v == nullptr ? 0 : (std::string(v) == "down" ? 1 : 2);
   }();
-  a.gate_up_tile_n = narrow == 2 && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate);
+  const int64_t rows_per_expert = mean_rows_per_expert(p.num_tokens, p.top_k, p.num_global_experts);
+  a.gate_up_tile_n =
+      narrow == 2 && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate, rows_per_expert);
   a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size, p.intermediate);
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);

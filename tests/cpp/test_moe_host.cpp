@@ -22,11 +22,13 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(257, 8, 128), 64);    // just above 16 rows per expert
   EXPECT_EQ(block_m(1024, 8, 128), 64);
   EXPECT_EQ(block_m(16384, 8, 256), 64);
-  EXPECT_EQ(gate_up_tile_n(false, 16, 2048), 128);  // decode tiles: 128 weight rows (2 CTAs per SM)
-  EXPECT_EQ(gate_up_tile_n(false, 64, 2048), 256);  // 64-row tiles: 128 intermediate columns per tile
-  EXPECT_EQ(gate_up_tile_n(false, 64, 192), 256);   // TP8 shards (I = 192): the last block's second half unused
-  EXPECT_EQ(gate_up_tile_n(true, 16, 256), 256);    // one tile holds a whole 128-column activation group
-  EXPECT_EQ(gate_up_tile_n(true, 64, 1536), 256);
+  EXPECT_EQ(gate_up_tile_n(false, 16, 2048, 8), 128);   // decode tiles: 128 weight rows (2 CTAs per SM)
+  EXPECT_EQ(gate_up_tile_n(false, 64, 2048, 17), 256);  // 64-row tiles: 128 intermediate columns per tile
+  EXPECT_EQ(gate_up_tile_n(false, 64, 192, 64), 256);   // TP8 shards (I = 192): the last block's second half unused
+  EXPECT_EQ(gate_up_tile_n(false, 64, 192, 63), 128);   // ... unless one tile per expert (weight-streaming)
+  EXPECT_EQ(gate_up_tile_n(false, 64, 320, 43), 128);
+  EXPECT_EQ(gate_up_tile_n(true, 16, 256, 4), 256);     // one tile holds a whole 128-column activation group
+  EXPECT_EQ(gate_up_tile_n(true, 64, 1536, 20), 256);
   EXPECT_EQ(down_tile_n(false, 16, 4096, 1536), 128);
   EXPECT_EQ(down_tile_n(false, 64, 4096, 1536), 256);
   EXPECT_EQ(down_tile_n(false, 64, 4096, 192), 128);  // K = 192 (TP8 shards): 128 rows measured faster

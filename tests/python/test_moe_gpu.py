@@ -146,8 +146,8 @@ def test_64_row_tiles_256_weight_rows_long_k(block):
 
 
 def test_64_row_tiles_i192_expert_parallel_fp8_input():
-    # I = 192: gate-up at 256 weight rows (the last column block half past I), down at 128 (K = 192: a 64-deep
-    # tail); half the experts remote, fp8 input; K = 256 for the gate-up: two stages
+    # I = 192 at 50 rows per expert: both GEMMs at 128 weight rows (down K = 192: a 64-deep tail); half the
+    # experts remote, fp8 input; K = 256 for the gate-up: two stages
     run_case(200, 256, 192, 16, 4, False, ep=True, fp8_input=True, seed=192, check_repeat=True)
 
 
@@ -178,7 +178,7 @@ def test_top_k_extremes(K):
 
 # ------------------------------------------------------------------------------------------ model shapes
 @pytest.mark.parametrize("T", [1, 4, 64, 257, 512])
-def test_hy3_tp8_per_tensor(T):  # 512 tokens: 64-row tiles (gate-up 256 weight rows at I = 192, down 128)
+def test_hy3_tp8_per_tensor(T):  # 512 tokens: 64-row tiles, 128 weight rows (I = 192, 21 rows per expert)
     run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
 
 

@@ -36,13 +36,15 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
 // activation quantisation group in one tile, hence 256 rows there. 64-row tiles take 256 weight rows: each A
 // stage then feeds twice the MMA work (per-tensor at >= 1024 tokens up to 20% faster where I % 128 == 0,
 // session 5 run 2). At I % 128 == 64 (TP8 shards, I = 192) the last column block's second warpgroup computes
-// 64 columns past I that are not stored (25% more MMA work at I = 192, the same L2 traffic: its up rows past
-// the tensor come back zero-filled) [session 6: measured against 128 rows, see docs/NOTES.md].
+// 64 columns past I that are not stored (25% more MMA work at I = 192; its up rows past the tensor come back
+// zero-filled): measured 3-10% faster from 64 rows per expert on (hy3 / qwen3 TP8 at 1024-16384 tokens), but
+// 5% slower at qwen3 TP8 512 tokens (32 rows per expert: one tile per expert, weight-streaming, where the
+// wasted quarter is not repaid), so below 64 rows per expert those shapes keep 128 (session 6, run 4).
 // Down tiles need H % 256 == 0; with K = 192 (TP8 shards) they measured 1-3% slower with 256 rows (the
 // 128-row tile keeps a stage in flight), so they keep 128.
-HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate) {
-  (void)intermediate;  // a multiple of 64 (validated)
-  return block_scaled || bm == 64 ? 256 : 128;
+HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate, int64_t rows_per_expert) {
+  // intermediate: a multiple of 64 (validated); rows_per_expert: mean_rows_per_expert()
+  return block_scaled || (bm == 64 && (intermediate % 128 == 0 || rows_per_expert >= 64)) ? 256 : 128;
 }
 HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
