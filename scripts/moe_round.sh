@@ -10,6 +10,8 @@
 # $OUT gets tests.log, bench.log, moe.json, moe.png (from gpu_round.sh), ab_<NAME>.json per --ab, stages.log:
 # keep the --ab count at 3 or fewer (the device returns at most 8 files). Needs `carry: [".peers"]` for the
 # FlashInfer rows of the full sweep. Prints each A/B sweep's geomean time ratio against the full sweep.
+# Time: build ~20 s, suite ~35-45 s, full sweep ~110-140 s, each A/B sweep <= AB_SECONDS (90), the stage split
+# <= STAGES_SECONDS (120): keep the total under the device's 600 s per command.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/moe_round_out}
@@ -20,7 +22,7 @@ STAGES=""
 SWEEP="--bench-if-green --full-bench"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --ab) AB+=("$2|$3|$4"); shift 3 ;;
+    --ab) [ $# -ge 4 ] || { echo "--ab needs NAME ENV=VALUE BS_LIST"; exit 2; }; AB+=("$2|$3|$4"); shift 3 ;;
     --stages) STAGES="$2"; shift ;;
     --no-sweep) SWEEP="--no-bench" ;;
     *) echo "unknown argument: $1"; exit 2 ;;
@@ -28,9 +30,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+rm -f "$OUT/tests.log" "$OUT/moe.json"  # a reused OUT must not read as this round's
 TEST_TIMEOUT=${TEST_TIMEOUT:-240} OUT="$OUT" bash scripts/gpu_round.sh $SWEEP --benches moe 2>&1 | grep -v "it/s" \
   | grep -E "passed|failed|FAILED|Error|error|moe_bench|gpu_round" | tail -20
-if ! grep -qE "^[0-9]+ passed" "$OUT/tests.log" 2>/dev/null || grep -qE "[0-9]+ failed" "$OUT/tests.log"; then
+if ! grep -qE "^[0-9]+ passed" "$OUT/tests.log" 2>/dev/null || grep -qE "[0-9]+ (failed|errors?)" "$OUT/tests.log"; then
   echo "moe_round: tests not green, no A/B sweeps"; exit 1
 fi
 if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
@@ -38,8 +41,11 @@ if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.s
 for spec in "${AB[@]}"; do
   IFS='|' read -r name env bs <<< "$spec"
   echo "== A/B $name: $env, batch sizes $bs"
-  env "$env" $PY -m bench.moe_bench --impls hopperkit --bs "$bs" --out "$OUT/ab_$name.json" 2>&1 | tail -1
-  if [ -f "$OUT/moe.json" ]; then
+  env "$env" $PY -m bench.moe_bench --impls hopperkit --bs "$bs" --max-seconds "${AB_SECONDS:-90}" \
+    --out "$OUT/ab_$name.json" 2>&1 | tail -1
+  if [ ! -f "$OUT/moe.json" ]; then
+    echo "   (no full sweep in this round: nothing to compare with)"
+  else
     $PY - "$OUT/moe.json" "$OUT/ab_$name.json" <<'EOF'
 import json, math, sys
 def rows(p):
@@ -59,5 +65,5 @@ done
 
 if [ -n "$STAGES" ]; then
   echo "== stages"
-  $PY -m bench.moe_stages --cases "$STAGES" 2>&1 | tail -20 | tee "$OUT/stages.log"
+  timeout "${STAGES_SECONDS:-120}" $PY -m bench.moe_stages --cases "$STAGES" 2>&1 | tee "$OUT/stages.log" | tail -20
 fi
