@@ -10,6 +10,7 @@
 #include "hopperkit/error.h"
 #include "moe/grouped_gemm.cuh"
 #include "moe/launch.h"
+#include "moe/resident_ctas.h"
 
 namespace hopperkit {
 namespace moe {
@@ -26,19 +27,7 @@ MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVari
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
   static std::atomic<int> resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
-  int dev = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&dev));
-  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
-  int res = resident[dev].load(std::memory_order_acquire);
-  if (res == 0) {
-    HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    int per_sm = 0, sms = 0;
-    HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
-    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    HK_CHECK(kUnsupported, per_sm >= 1, "moe gemm", "at least one resident CTA per SM", per_sm);
-    res = per_sm * sms;
-    resident[dev].store(res, std::memory_order_release);  // threads racing here store the same value
-  }
+  const int res = resident_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, resident, "moe gemm");
   MoeGemmPlan plan;
   plan.kernel = reinterpret_cast<const void*>(kernel);
   plan.grid = max_tasks < res ? (max_tasks > 0 ? max_tasks : 1) : res;

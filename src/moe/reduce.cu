@@ -6,6 +6,7 @@
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
 #include "moe/launch.h"
+#include "moe/resident_ctas.h"
 
 namespace hopperkit {
 namespace moe {
@@ -104,30 +105,12 @@ __global__ void __launch_bounds__(kReduceThreads, kK == 8 ? 3 : 2) moe_reduce_ke
   }
 }
 
-// CTAs of moe_reduce_kernel<kK> resident per SM x SMs, per device (measured once)
-template <int kK>
-int reduce_resident_ctas() {
-  static std::atomic<int> resident[kMaxDevices] = {};
-  int dev = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&dev));
-  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
-  int res = resident[dev].load(std::memory_order_acquire);
-  if (res == 0) {
-    int per_sm = 0, sms = 0;
-    HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_reduce_kernel<kK>, kReduceThreads, 0));
-    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    HK_CHECK(kUnsupported, per_sm >= 1, "moe reduce", "at least one resident CTA per SM", per_sm);
-    res = per_sm * sms;
-    resident[dev].store(res, std::memory_order_release);  // threads racing here store the same value
-  }
-  return res;
-}
-
 template <int kK>
 void launch_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
   const int64_t blocks = (total + kReduceThreads - 1) / kReduceThreads;
-  const int64_t resident = reduce_resident_ctas<kK>();
+  static std::atomic<int> cache[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
+  const int64_t resident = resident_ctas(moe_reduce_kernel<kK>, kReduceThreads, 0, cache, "moe reduce");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident));
   cfg.blockDim = dim3(kReduceThreads);

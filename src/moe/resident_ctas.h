@@ -1,0 +1,39 @@
+// hopperkit fused FP8 MoE: the size of a persistent grid (host only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "hopperkit/error.h"
+#include "moe/launch.h"
+
+namespace hopperkit {
+namespace moe {
+
+// CTAs of `kernel` resident at once on the current device (occupancy per SM x SMs), measured on the first call
+// per device and kept in `cache` (one per kernel; threads racing on the first call store the same value).
+// A kernel with dynamic shared memory gets its maximum set first. `what` names the kernel in the error.
+template <class Kernel>
+int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (&cache)[kMaxDevices],
+                  const char* what) {
+  int dev = 0;
+  HK_CUDA_CHECK(cudaGetDevice(&dev));
+  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  int res = cache[dev].load(std::memory_order_acquire);
+  if (res == 0) {
+    if (smem_bytes > 0) {
+      HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    }
+    int per_sm = 0, sms = 0;
+    HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    HK_CHECK(kUnsupported, per_sm >= 1, what, "at least one resident CTA per SM", per_sm);
+    res = per_sm * sms;
+    cache[dev].store(res, std::memory_order_release);
+  }
+  return res;
+}
+
+}  // namespace moe
+}  // namespace hopperkit
