@@ -234,7 +234,9 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   launch_dependents();     // the gate-up grid may start its set-up; it waits for this grid's results
-  grid_dependency_wait();  // index_hist comes from the prep kernel
+  // index_hist comes from the prep kernel. Every CTA waits, before anything else can end it: the gate-up waits
+  // only on this grid, so this wait is also what orders the prep kernel's other results (xq) before the gate-up.
+  grid_dependency_wait();
   const int tid = threadIdx.x;
   const int c = blockIdx.x;
   const int P = gridDim.x;  // = a.index_ctas
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
   if (tid <= E) {
 #pragma unroll 8
     for (int cc = 0; cc < P; ++cc) {
-      const int v = __ldg(a.index_hist + static_cast<int64_t>(cc) * (E + 1) + tid);
+      const int v = __ldcg(a.index_hist + static_cast<int64_t>(cc) * (E + 1) + tid);  // written by the prep grid
       total += v;
       before += cc < c ? v : 0;
       mine = cc == c ? v : mine;

@@ -208,16 +208,19 @@ def test_max_tokens():
     run_case(16384, 256, 128, 64, 2, False, seed=99)
 
 
-@pytest.mark.parametrize("T,K,kind", [(1024, 4, "uniform"), (1025, 4, "skewed"), (2049, 4, "uniform"),
-                                      (4096, 16, "sparse")])
-def test_routing_index_across_chunks(T, K, kind):
+@pytest.mark.parametrize("T,K,kind,E_global", [(1024, 4, "uniform", 64), (1025, 4, "skewed", 64),
+                                               (2049, 4, "uniform", 64), (4096, 16, "skewed", 64),
+                                               (16384, 16, "uniform", 512)])
+def test_routing_index_across_chunks(T, K, kind, E_global):
     # the routing index at, one token past, and well past one chunk of 4096 entries (more are counted per chunk
-    # in the prep kernel and placed by moe_index_place_kernel): half the experts remote (an arbitrary subset),
-    # some ids invalid; offsets, tiles and the dropped count exactly, each local expert's rows as a set
+    # in the prep kernel and placed by moe_index_place_kernel), up to the most chunks (64) with 256 local of
+    # the most global experts (512): half the experts remote (an arbitrary subset), some ids invalid; offsets, tiles and the dropped
+    # count exactly, each local expert's rows as a set (skewed: one hot expert spans every chunk)
     from hopperkit.moe import _workspace_views
-    H, I, E_global = 128, 128, 64
+    H, I = 128, 128
     gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + T + K)
     perm = torch.randperm(E_global, generator=gen, device="cuda")
+    perm = torch.cat([perm[perm == 3], perm[perm != 3]])  # the skewed routing's hot expert (3) is local
     E = E_global // 2
     expert_map = torch.full((E_global,), -1, dtype=torch.int32, device="cuda")
     expert_map[perm[:E]] = torch.arange(E, dtype=torch.int32, device="cuda")
