@@ -210,12 +210,13 @@ def test_max_tokens():
 
 @pytest.mark.parametrize("T,K,kind,E_global", [(1024, 4, "uniform", 64), (1025, 4, "skewed", 64),
                                                (2049, 4, "uniform", 64), (4096, 16, "skewed", 64),
-                                               (16384, 16, "uniform", 512)])
+                                               (16384, 16, "uniform", 512), (300, 16, "uniform", 512)])
 def test_routing_index_across_chunks(T, K, kind, E_global):
     # the routing index at, one token past, and well past one chunk of 4096 entries (more are counted per chunk
     # in the prep kernel and placed by moe_index_place_kernel), up to the most chunks (64) with 256 local of the
     # most global experts (512); half the experts remote (an arbitrary subset), some ids invalid; offsets, tiles
-    # and the dropped count exactly, each local expert's rows as a set (skewed: one hot expert in every chunk)
+    # and the dropped count exactly, each local expert's rows as a set (skewed: one hot expert in every chunk);
+    # 300 x 16 over 512 experts: two chunks with 16-row split-K tiles, whose counters the place kernel zeroes
     from hopperkit.moe import _workspace_views
     H, I = 128, 128
     gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + T + K)
