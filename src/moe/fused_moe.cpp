@@ -1,4 +1,5 @@
-// hopperkit fused FP8 MoE: the host launcher (workspace carving, tile-height choice, four PDL-chained launches).
+// hopperkit fused FP8 MoE: the host launcher (workspace carving, tile-height choice, four or five PDL-chained
+// launches: the routing index takes a second kernel above kIndexCtaRows entries).
 #include <cstdlib>
 #include <string>
 
@@ -92,8 +93,11 @@ void fused_moe(const MoeParams& p) {
   a.y = reinterpret_cast<uint16_t*>(ws + l.y);
   a.split_counters = reinterpret_cast<int32_t*>(ws + l.split_counters);
   a.split_partials = reinterpret_cast<float*>(ws + l.split_partials);
+  a.index_ctas = index_ctas(static_cast<int64_t>(p.num_tokens) * p.top_k);
+  a.index_hist = reinterpret_cast<int32_t*>(ws + l.index_hist);
 
-  // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four kernels.
+  // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
+  // the prep kernel, and the index placement when there is one).
   static const int stages = [] {
     const char* v = std::getenv("HOPPERKIT_MOE_STAGES");
     const int n = v ? std::atoi(v) : 4;

@@ -35,6 +35,7 @@ struct MoeKernelArgs {
   int gate_up_tile_n;         // weight rows per gate-up tile (gate_up_tile_n in heuristics.h)
   int down_tile_n;            // weight rows per down tile (down_tile_n)
   int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
+  int index_ctas;             // CTAs of the routing index build (index_ctas in heuristics.h)
   // ---- workspace (see workspace_layout.h)
   int32_t* counters;          // [0] num_tiles, [1] dropped rows
   int32_t* expert_offset;     // [E + 1]
@@ -47,6 +48,7 @@ struct MoeKernelArgs {
   uint16_t* y;
   int32_t* split_counters;    // [kSplitSlices], zero between uses
   float* split_partials;      // [kSplitSlices, kSplitSliceFloats]
+  int32_t* index_hist;        // [index_ctas, E + 1] when index_ctas > 1
 };
 
 #if defined(__CUDACC__)

@@ -1,10 +1,15 @@
 // hopperkit fused FP8 MoE, kernel 1: the routing index and the input quantisation.
 //
-// CTA 0 builds the index: per-expert counts in shared memory, their prefix, the tile list (block_m rows per
-// tile, in expert order) and each expert's rows. Rows are placed with shared-memory atomics, so their order
-// inside an expert range may vary from run to run; results do not, because every row's GEMM result depends on
-// that row alone and the reduce sums in token order. The other CTAs quantise a bf16 input to FP8: per-tensor
-// (x / a13_scale, 8 columns per thread) or in 1x128 groups (scale = amax / 448), one warp per group.
+// Up to kIndexCtaRows routing entries, CTA 0 builds the index: per-expert counts in shared memory, their
+// prefix, the tile list (block_m rows per tile, in expert order) and each expert's rows. Above that, CTAs
+// 0 .. index_ctas - 1 each count one chunk of kIndexCtaRows entries into the workspace (index_hist), and the
+// second kernel here (moe_index_place_kernel, one CTA per chunk, after this grid by PDL) sums the chunks'
+// counts, writes the offsets and tiles, and places each chunk's rows: sorted by expert in shared memory first,
+// then stored as contiguous runs (a chunk's rows of one expert are one run of the expert's range).
+// Rows are placed with shared-memory atomics, so their order inside an expert range may vary from run to run;
+// results do not, because every row's GEMM result depends on that row alone and the reduce sums in token order.
+// The other CTAs quantise a bf16 input to FP8: per-tensor (x / a13_scale, 8 columns per thread) or in 1x128
+// groups (scale = amax / 448), one warp per group.
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
 
@@ -98,14 +103,61 @@ __device__ void build_index(const MoeKernelArgs& a) {
   }
 }
 
+// Index chunk `c` (entries c * kIndexCtaRows ..): its per-expert counts and its dropped entries (ids that are
+// invalid or not local) into row c of index_hist ([E] counts, then dropped).
+constexpr int kChunkPerThread = kIndexCtaRows / kPrepThreads;
+static_assert(kIndexCtaRows % kPrepThreads == 0, "whole entries per thread");
+
+// local expert of chunk entry base + j * kPrepThreads + tid (j < kChunkPerThread); -2 past the routing
+__device__ __forceinline__ void load_chunk(const MoeKernelArgs& a, int base, int rows, int (&e)[kChunkPerThread]) {
+#pragma unroll
+  for (int j = 0; j < kChunkPerThread; ++j) {
+    const int r = base + j * kPrepThreads + threadIdx.x;
+    e[j] = r < rows ? __ldg(a.topk_ids + r) : -1;
+  }
+#pragma unroll
+  for (int j = 0; j < kChunkPerThread; ++j) {
+    const int r = base + j * kPrepThreads + threadIdx.x;
+    e[j] = r < rows ? moe_local_expert(a, e[j]) : -2;
+  }
+}
+
+__device__ void count_index_chunk(const MoeKernelArgs& a, int c) {
+  __shared__ int chunk_count[kMaxExperts];
+  __shared__ int chunk_dropped;
+  const int tid = threadIdx.x;
+  const int E = a.num_local_experts;
+  const int rows = a.num_tokens * a.top_k;
+  for (int e = tid; e < E; e += kPrepThreads) chunk_count[e] = 0;
+  if (tid == 0) chunk_dropped = 0;
+  __syncthreads();
+  int e[kChunkPerThread];
+  load_chunk(a, c * kIndexCtaRows, rows, e);
+  int my_dropped = 0;
+#pragma unroll
+  for (int j = 0; j < kChunkPerThread; ++j) {
+    if (e[j] >= 0) {
+      atomicAdd(&chunk_count[e[j]], 1);
+    } else if (e[j] == -1) {
+      ++my_dropped;
+    }
+  }
+  if (my_dropped) atomicAdd(&chunk_dropped, my_dropped);
+  __syncthreads();
+  int32_t* hist = a.index_hist + static_cast<int64_t>(c) * (E + 1);
+  for (int e2 = tid; e2 < E; e2 += kPrepThreads) hist[e2] = chunk_count[e2];
+  if (tid == 0) hist[E] = chunk_dropped;
+}
+
 // Per-tensor: one thread per 8 columns (a 16-byte load, an 8-byte store; the op's validation requires a 16-byte
 // aligned input and row stride, and hidden is a multiple of 64).
 __device__ void quantise_input_per_tensor(const MoeKernelArgs& a) {
   const int per_row = a.hidden_size / 8;
   const int64_t n = static_cast<int64_t>(a.num_tokens) * per_row;
-  const int64_t stride = static_cast<int64_t>(gridDim.x - 1) * kPrepThreads;
+  const int64_t stride = static_cast<int64_t>(gridDim.x - a.index_ctas) * kPrepThreads;
   const float scale = __ldg(a.a13_scale);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x - 1) * kPrepThreads + threadIdx.x; i < n; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x - a.index_ctas) * kPrepThreads + threadIdx.x; i < n;
+       i += stride) {
     const int64_t tok = i / per_row;
     const int col = static_cast<int>(i - tok * per_row) * 8;
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(a.hidden + tok * a.hidden_stride + col));
@@ -127,8 +179,9 @@ __device__ void quantise_input_block(const MoeKernelArgs& a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int groups_per_token = a.hidden_size / kGroup;
   const int64_t groups = static_cast<int64_t>(a.num_tokens) * groups_per_token;
-  const int64_t stride = static_cast<int64_t>(gridDim.x - 1) * (kPrepThreads / 32);
-  for (int64_t g = static_cast<int64_t>(blockIdx.x - 1) * (kPrepThreads / 32) + warp; g < groups; g += stride) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x - a.index_ctas) * (kPrepThreads / 32);
+  for (int64_t g = static_cast<int64_t>(blockIdx.x - a.index_ctas) * (kPrepThreads / 32) + warp; g < groups;
+       g += stride) {
     const int64_t tok = g / groups_per_token;
     const int col = static_cast<int>(g % groups_per_token) * kGroup + lane * kPerLane;
     const uint2 raw = __ldg(reinterpret_cast<const uint2*>(a.hidden + tok * a.hidden_stride + col));
@@ -152,9 +205,13 @@ __device__ void quantise_input_block(const MoeKernelArgs& a) {
 }
 
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a) {
-  launch_dependents();  // the gate-up grid may start its set-up; it waits for this grid's results
-  if (blockIdx.x == 0) {
-    build_index(a);
+  launch_dependents();  // the next grid (gate-up, or the index placement) may start; it waits for this one
+  if (static_cast<int>(blockIdx.x) < a.index_ctas) {
+    if (a.index_ctas == 1) {
+      build_index(a);
+    } else {
+      count_index_chunk(a, blockIdx.x);
+    }
   } else {
     if (a.block_scaled) {
       quantise_input_block(a);
@@ -164,10 +221,94 @@ __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a)
   }
 }
 
+// Index chunk blockIdx.x: every expert's total and this chunk's base inside the expert's range (the counts of
+// the chunks before it), from index_hist; CTA 0 also writes the offsets, the tile list and the counters. Then
+// the chunk's rows, sorted by expert in shared memory, are stored as one contiguous run per expert.
+__global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const MoeKernelArgs a) {
+  __shared__ int s_base[kMaxExperts];   // expert_offset[e] + the earlier chunks' rows of e
+  __shared__ int s_local[kMaxExperts];  // this chunk's first slot of e in s_rows
+  __shared__ int s_cursor[kMaxExperts];
+  __shared__ int s_rows[kIndexCtaRows];
+  __shared__ uint16_t s_exp[kIndexCtaRows];
+  __shared__ int s_n;
+  using Scan = cub::BlockScan<int, kPrepThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  launch_dependents();     // the gate-up grid may start its set-up; it waits for this grid's results
+  // index_hist comes from the prep kernel. Every CTA waits, before anything else can end it: the gate-up waits
+  // only on this grid, so this wait is also what orders the prep kernel's other results (xq) before the gate-up.
+  grid_dependency_wait();
+  const int tid = threadIdx.x;
+  const int c = blockIdx.x;
+  const int P = gridDim.x;  // = a.index_ctas
+  const int E = a.num_local_experts;
+  const int rows = a.num_tokens * a.top_k;
+  // thread e < E: expert e's count over all chunks, over the chunks before this one, and in this one; thread E
+  // sums the dropped entries
+  int total = 0, before = 0, mine = 0;
+  if (tid <= E) {
+#pragma unroll 8
+    for (int cc = 0; cc < P; ++cc) {
+      const int v = __ldcg(a.index_hist + static_cast<int64_t>(cc) * (E + 1) + tid);  // written by the prep grid
+      total += v;
+      before += cc < c ? v : 0;
+      mine = cc == c ? v : mine;
+    }
+  }
+  const bool is_expert = tid < E;
+  const int cnt = is_expert ? total : 0;
+  const int t = is_expert ? (cnt + a.block_m - 1) / a.block_m : 0;
+  int c_off, t_off, l_off, total_rows, total_tiles, n_local;
+  Scan(scan_tmp).ExclusiveSum(cnt, c_off, total_rows);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(t, t_off, total_tiles);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(is_expert ? mine : 0, l_off, n_local);
+  if (is_expert) {
+    s_base[tid] = c_off + before;
+    s_local[tid] = l_off;
+    s_cursor[tid] = 0;
+  }
+  if (tid == 0) s_n = n_local;
+  if (c == 0) {
+    if (is_expert) {
+      a.expert_offset[tid] = c_off;
+      for (int i = 0; i < t; ++i) {
+        const int begin = c_off + i * a.block_m;
+        a.tiles[t_off + i] = make_int4(tid, begin, min(a.block_m, c_off + cnt - begin), 0);
+      }
+    }
+    if (tid == E) a.counters[1] = total;  // thread E summed the dropped column
+    if (tid == 0) {
+      a.expert_offset[E] = total_rows;
+      a.counters[0] = total_tiles;
+    }
+    for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
+  }
+  __syncthreads();
+  int e[kChunkPerThread];
+  const int base = c * kIndexCtaRows;
+  load_chunk(a, base, rows, e);
+#pragma unroll
+  for (int j = 0; j < kChunkPerThread; ++j) {
+    if (e[j] >= 0) {
+      const int at = s_local[e[j]] + atomicAdd(&s_cursor[e[j]], 1);
+      s_rows[at] = base + j * kPrepThreads + tid;
+      s_exp[at] = static_cast<uint16_t>(e[j]);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < s_n; i += kPrepThreads) {
+    const int ex = s_exp[i];
+    a.sorted_rows[s_base[ex] + (i - s_local[ex])] = s_rows[i];
+  }
+}
+
 }  // namespace
 
 void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
-  unsigned grid = 1;
+  HK_CHECK(kValue, a.index_ctas >= 1 && a.index_ctas <= kMaxIndexCtas, "index_ctas",
+           "1.." + std::to_string(kMaxIndexCtas), a.index_ctas);
+  unsigned grid = static_cast<unsigned>(a.index_ctas);
   if (a.hidden != nullptr) {
     // columns per warp, as in quantise_input_block / quantise_input_per_tensor
     const int group = a.block_scaled ? kScaleBlock : 8 * 32;
@@ -177,6 +318,18 @@ void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
   }
   moe_prep_kernel<<<grid, kPrepThreads, 0, stream>>>(a);
   HK_CHECK_LAUNCH("moe_prep_kernel");
+  if (a.index_ctas > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(a.index_ctas));
+    cfg.blockDim = dim3(kPrepThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_index_place_kernel, a));
+  }
 }
 
 }  // namespace moe

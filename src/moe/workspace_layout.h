@@ -22,6 +22,7 @@ struct MoeWorkspaceLayout {
   size_t y = 0;              // bf16  [num_tokens * top_k, hidden]: down-projection result per row id
   size_t split_counters = 0; // int32 [kSplitSlices]: arrivals per split task (zeroed by kernel 1)
   size_t split_partials = 0; // fp32  [kSplitSlices, 16 x 256]: split-K partial tiles (decode tiles only)
+  size_t index_hist = 0;     // int32 [index_ctas(rows), E + 1]: per-chunk expert counts + dropped (> 1 chunk)
   size_t total_bytes = 0;
 };
 
@@ -47,6 +48,8 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
   l.y = take(rows * hidden * 2);
   l.split_counters = take(kSplitSlices * sizeof(int32_t));
   l.split_partials = take(static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * sizeof(float));
+  const int chunks = index_ctas(static_cast<int64_t>(rows));
+  l.index_hist = take(chunks > 1 ? static_cast<size_t>(chunks) * (num_local_experts + 1) * sizeof(int32_t) : 0);
   l.total_bytes = at;
   return l;
 }

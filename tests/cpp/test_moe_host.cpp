@@ -39,6 +39,14 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
 }
 
+TEST(MoeHeuristics, IndexCtas) {
+  EXPECT_EQ(index_ctas(1), 1);
+  EXPECT_EQ(index_ctas(kIndexCtaRows), 1);      // one CTA builds the whole index
+  EXPECT_EQ(index_ctas(kIndexCtaRows + 1), 2);  // a second chunk: count here, place in moe_index_place
+  EXPECT_EQ(index_ctas(4096 * 8), 8);           // hy3 TP8 at 4096 tokens
+  EXPECT_EQ(index_ctas(static_cast<int64_t>(kMaxTokens) * kMaxTopK), kMaxIndexCtas);
+}
+
 TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(96, 264, 32), 5);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs
   EXPECT_EQ(split_k_slices(600, 264, 32), 1);   // enough tasks: no split
@@ -221,7 +229,7 @@ TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
     const size_t rows = static_cast<size_t>(T) * K;
     // every region 256-byte aligned, in order, each at least as large as its buffer
     const size_t at[] = {l.counters, l.expert_offset, l.tiles, l.sorted_rows, l.xq, l.xq_scale, l.act,
-                         l.act_scale, l.y, l.split_counters, l.split_partials, l.total_bytes};
+                         l.act_scale, l.y, l.split_counters, l.split_partials, l.index_hist, l.total_bytes};
     const size_t need[] = {16,
                            (E + 1) * 4u,
                            static_cast<size_t>(max_tiles(T, K, E, 16)) * 16,
@@ -232,8 +240,9 @@ TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
                            rows * (I / 128) * 4,
                            rows * H * 2,
                            kSplitSlices * 4u,
-                           static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * 4};
-    for (int i = 0; i < 11; ++i) {
+                           static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * 4,
+                           index_ctas(rows) > 1 ? static_cast<size_t>(index_ctas(rows)) * (E + 1) * 4 : 0};
+    for (int i = 0; i < 12; ++i) {
       ASSERT_EQ(at[i] % 256, 0u) << i;
       ASSERT_GE(at[i + 1] - at[i], need[i]) << "region " << i;
     }

@@ -208,6 +208,58 @@ def test_max_tokens():
     run_case(16384, 256, 128, 64, 2, False, seed=99)
 
 
+@pytest.mark.parametrize("T,K,kind,E_global", [(1024, 4, "uniform", 64), (1025, 4, "skewed", 64),
+                                               (2049, 4, "uniform", 64), (4096, 16, "skewed", 64),
+                                               (16384, 16, "uniform", 512), (300, 16, "uniform", 512)])
+def test_routing_index_across_chunks(T, K, kind, E_global):
+    # the routing index at, one token past, and well past one chunk of 4096 entries (more are counted per chunk
+    # in the prep kernel and placed by moe_index_place_kernel), up to the most chunks (64) with 256 local of the
+    # most global experts (512); half the experts remote (an arbitrary subset), some ids invalid; offsets, tiles
+    # and the dropped count exactly, each local expert's rows as a set (skewed: one hot expert in every chunk);
+    # 300 x 16 over 512 experts: two chunks with 16-row split-K tiles, whose counters the place kernel zeroes
+    from hopperkit.moe import _workspace_views
+    H, I = 128, 128
+    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + T + K)
+    perm = torch.randperm(E_global, generator=gen, device="cuda")
+    perm = torch.cat([perm[perm == 3], perm[perm != 3]])  # the skewed routing's hot expert (3) is local
+    E = E_global // 2
+    expert_map = torch.full((E_global,), -1, dtype=torch.int32, device="cuda")
+    expert_map[perm[:E]] = torch.arange(E, dtype=torch.int32, device="cuda")
+    w13, s13, w2, s2 = make_weights(E, H, I, True, gen)
+    x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
+    ids, tw = make_routing(T, K, E_global, kind, gen)
+    ids[::7, 0] = -1
+    ids[3::11, -1] = E_global + 5
+    ws = hopperkit.moe_workspace(T, K, H, I, E, True, "cuda")
+    ws.fill_(0xFF)
+    out = hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, expert_map=expert_map, workspace=ws)
+    ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2, expert_map=expert_map)
+    torch.cuda.synchronize()
+    v = _workspace_views(ws, T, K, H, I, E)
+    flat = ids.flatten().long()
+    valid = (flat >= 0) & (flat < E_global)
+    local = torch.full_like(flat, -1)
+    local[valid] = expert_map[flat[valid]].long()
+    counts = torch.bincount(local[local >= 0], minlength=E)
+    off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")
+    off[1:] = counts.cumsum(0)
+    assert torch.equal(v["expert_offset"].long(), off)
+    assert int(v["dropped"]) == int((local < 0).sum())
+    bm = 16 if T * K / E_global <= 16 else 64
+    tiles_per = (counts + bm - 1) // bm
+    n_tiles = int(tiles_per.sum())
+    assert int(v["num_tiles"]) == n_tiles
+    want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E)
+            for i in range(int(tiles_per[e]))]
+    assert [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()] == want
+    sorted_rows = v["sorted_rows"][:int(off[E])].long()
+    for e in range(E):
+        seg = sorted_rows[off[e]:off[e + 1]].sort().values
+        assert torch.equal(seg, torch.nonzero(local == e).flatten()), f"expert {e} rows"
+    assert torch.isfinite(out).all()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 # --------------------------------------------------------------------------------- graphs and interfaces
 def small_problem(T, H, I, E, K, block, seed):
     """(weights w13, s13, w2, s2; hidden x; routing ids, tw) of one small uniform-routing case."""
@@ -281,7 +333,7 @@ def test_bad_inputs_raise_typed_errors():
 
 # ------------------------------------------------------------------------------- stage by stage (workspace)
 @pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
-@pytest.mark.parametrize("T", [64, 300])
+@pytest.mark.parametrize("T", [64, 300, 1100])  # 1100 x 4 routing entries: the index in two chunks
 def test_stages_match_reference(T, block):
     """Each stage against the reference, reading the intermediates from the workspace: the routing index
     (counts, offsets, tiles exactly; rows as a set per expert), the input codes (bitwise), SiLU(gate) * up codes

@@ -68,6 +68,17 @@ HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps) {
   return s > 1 ? s : 1;
 }  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
+// The routing index build: up to kIndexCtaRows routing entries (token, k) it is one CTA of the prep kernel (the
+// count, the per-expert offsets and the placement in one block); above that, the entries are cut into chunks of
+// kIndexCtaRows, one CTA each, which count their chunk in the prep kernel (per-chunk histograms in the
+// workspace) and place it in a second kernel (moe_index_place). One CTA placing 32768 entries took most of the
+// prep kernel's 43 us at hy3 TP8 4096 tokens (session 6: its scattered 4-byte stores come from one SM).
+constexpr int kIndexCtaRows = 4096;
+constexpr int kMaxIndexCtas = (kMaxTokens * kMaxTopK + kIndexCtaRows - 1) / kIndexCtaRows;
+HK_MOE_HD int index_ctas(int64_t rows) {
+  return rows <= kIndexCtaRows ? 1 : static_cast<int>((rows + kIndexCtaRows - 1) / kIndexCtaRows);
+}
+
 // Upper bound of the tiles of one routing: every expert's last tile may be partial.
 HK_MOE_HD int64_t max_tiles(int64_t num_tokens, int top_k, int num_local_experts, int bm) {
   return (num_tokens * top_k + bm - 1) / bm + num_local_experts;
