@@ -34,7 +34,7 @@ struct MoeKernelArgs {
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
   int gate_up_tile_n;         // weight rows per gate-up tile (gate_up_tile_n in heuristics.h)
   int down_tile_n;            // weight rows per down tile (down_tile_n)
-  int allow_split;            // split-K of decode tiles: 0 off, else split_k_slices' waves (kSplitWaves)
+  int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
   // ---- workspace (see workspace_layout.h)
   int32_t* counters;          // [0] num_tiles, [1] dropped rows
   int32_t* expert_offset;     // [E + 1]
