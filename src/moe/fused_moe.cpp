@@ -103,8 +103,15 @@ void fused_moe(const MoeParams& p) {
     const int n = v ? std::atoi(v) : 4;
     return n >= 1 && n <= 4 ? n : 4;
   }();
-  static const bool no_split = std::getenv("HOPPERKIT_MOE_NO_SPLIT") != nullptr;  // profiling aid
-  a.allow_split = no_split ? 0 : 1;
+  // Profiling aids: HOPPERKIT_MOE_NO_SPLIT turns the decode tiles' split-K off; HOPPERKIT_MOE_SPLIT=n (1..8)
+  // sets the items per CTA the split aims at (split_k_slices in heuristics.h).
+  static const int split_waves = [] {
+    if (std::getenv("HOPPERKIT_MOE_NO_SPLIT") != nullptr) return 0;
+    const char* v = std::getenv("HOPPERKIT_MOE_SPLIT");
+    const int n = v ? std::atoi(v) : kSplitWaves;
+    return n >= 1 && n <= kMaxSplit ? n : kSplitWaves;
+  }();
+  a.allow_split = split_waves;
   // the GEMMs' host-side inputs first: a failure there (occupancy query, tensor-map encoding) throws before
   // any kernel of the op is queued
   const MoeGemmPlan gate_up = stages >= 2 ? plan_moe_gate_up(a) : MoeGemmPlan{};

@@ -52,6 +52,9 @@ TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(600, 264, 32), 1);   // enough tasks: no split
   EXPECT_EQ(split_k_slices(10, 264, 2), 2);     // never more slices than 128-deep K steps
   EXPECT_EQ(split_k_slices(10, 10000, 64), kMaxSplit);
+  EXPECT_EQ(split_k_slices(96, 264, 32, 1), 2);          // one wave: at most one item per CTA (192 items)
+  EXPECT_EQ(split_k_slices(96, 264, 32, 8), kMaxSplit);  // the shortest slices
+  EXPECT_EQ(split_k_slices(200, 264, 32, 8), 5);         // the workspace holds 1024 partial tiles
   EXPECT_EQ(split_k_slices(0, 264, 32), 1);
   for (int tasks = 1; tasks < 3000; tasks += 7) {  // the partial tiles always fit the workspace
     const int s = split_k_slices(tasks, 1000, 64);

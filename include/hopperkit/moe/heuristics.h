@@ -59,9 +59,12 @@ constexpr int kTileK = 128;
 constexpr int kMaxSplit = 8;
 constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
 constexpr int kSplitSliceFloats = 16 * 256;   // the largest 16-row tile (256 weight rows)
-HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps) {
+// waves: items per CTA the split aims at (2 by default: short slices, balanced waves; the profiling switch
+// HOPPERKIT_MOE_SPLIT=n sets it, to measure 1 (one epilogue per CTA) or 8 (the shortest slices) against it).
+constexpr int kSplitWaves = 2;
+HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSplitWaves) {
   if (tasks <= 0) return 1;
-  int s = 2 * ctas / tasks;                   // up to two slices per CTA: short slices, balanced waves
+  int s = waves * ctas / tasks;               // up to `waves` slices per CTA
   s = s < kMaxSplit ? s : kMaxSplit;
   s = s < k_steps ? s : k_steps;
   s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
