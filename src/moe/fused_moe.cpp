@@ -93,7 +93,9 @@ void fused_moe(const MoeParams& p) {
   a.y = reinterpret_cast<uint16_t*>(ws + l.y);
   a.split_counters = reinterpret_cast<int32_t*>(ws + l.split_counters);
   a.split_partials = reinterpret_cast<float*>(ws + l.split_partials);
-  a.index_ctas = index_ctas(static_cast<int64_t>(p.num_tokens) * p.top_k);
+  // Profiling aid (not for serving): HOPPERKIT_MOE_INDEX_ONE_CTA builds the routing index in one CTA at any size.
+  static const bool index_one_cta = std::getenv("HOPPERKIT_MOE_INDEX_ONE_CTA") != nullptr;
+  a.index_ctas = index_one_cta ? 1 : index_ctas(static_cast<int64_t>(p.num_tokens) * p.top_k);
   a.index_hist = reinterpret_cast<int32_t*>(ws + l.index_hist);
 
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:

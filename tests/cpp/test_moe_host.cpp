@@ -48,7 +48,8 @@ TEST(MoeHeuristics, IndexCtas) {
 }
 
 TEST(MoeHeuristics, SplitKSlices) {
-  EXPECT_EQ(split_k_slices(96, 264, 32), 5);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs
+  EXPECT_EQ(split_k_slices(96, 264, 32), 2);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs, one wave
+  EXPECT_EQ(split_k_slices(96, 264, 32, 2), 5); // two items per CTA
   EXPECT_EQ(split_k_slices(600, 264, 32), 1);   // enough tasks: no split
   EXPECT_EQ(split_k_slices(10, 264, 2), 2);     // never more slices than 128-deep K steps
   EXPECT_EQ(split_k_slices(10, 10000, 64), kMaxSplit);

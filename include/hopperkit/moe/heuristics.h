@@ -59,9 +59,10 @@ constexpr int kTileK = 128;
 constexpr int kMaxSplit = 8;
 constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
 constexpr int kSplitSliceFloats = 16 * 256;   // the largest 16-row tile (256 weight rows)
-// waves: items per CTA the split aims at (2 by default: short slices, balanced waves; the profiling switch
-// HOPPERKIT_MOE_SPLIT=n sets it, to measure 1 (one epilogue per CTA) or 8 (the shortest slices) against it).
-constexpr int kSplitWaves = 2;
+// waves: items per CTA the split aims at. 1 (at most one item per resident CTA): session 7's same-build A/B at
+// 4-32 tokens (36 points) measured 1 at 0.935x the time of 2 (geomean; 0.73-0.94x at 4-8 tokens, never above
+// 1.02x) and 8 at 1.23x. The profiling switch HOPPERKIT_MOE_SPLIT=n sets it, to re-measure.
+constexpr int kSplitWaves = 1;
 HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSplitWaves) {
   if (tasks <= 0) return 1;
   int s = waves * ctas / tasks;               // up to `waves` slices per CTA
