@@ -459,6 +459,7 @@ nb::dict moe_workspace_layout(int64_t tokens, int top_k, int hidden, int interme
   d["act"] = l.act;
   d["act_scale"] = l.act_scale;
   d["y"] = l.y;
+  d["index_hist"] = l.index_hist;
   d["total_bytes"] = l.total_bytes;
   return d;
 }

@@ -93,9 +93,17 @@ void fused_moe(const MoeParams& p) {
   a.y = reinterpret_cast<uint16_t*>(ws + l.y);
   a.split_counters = reinterpret_cast<int32_t*>(ws + l.split_counters);
   a.split_partials = reinterpret_cast<float*>(ws + l.split_partials);
-  // Profiling aid (not for serving): HOPPERKIT_MOE_INDEX_ONE_CTA builds the routing index in one CTA at any size.
-  static const bool index_one_cta = std::getenv("HOPPERKIT_MOE_INDEX_ONE_CTA") != nullptr;
-  a.index_ctas = index_one_cta ? 1 : index_ctas(static_cast<int64_t>(p.num_tokens) * p.top_k);
+  // Profiling and test aid (not for serving): HOPPERKIT_MOE_INDEX=one builds the routing index in one CTA at any
+  // size, =chunks in chunks whenever there is more than one (index_chunked in heuristics.h picks by default).
+  static const int index_mode = [] {
+    const char* v = std::getenv("HOPPERKIT_MOE_INDEX");
+    if (v == nullptr) return 0;
+    return std::string(v) == "one" ? 1 : std::string(v) == "chunks" ? 2 : 0;
+  }();
+  const int64_t index_rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
+  const bool chunked = index_mode == 2 || (index_mode == 0 && index_chunked(index_rows, p.num_local_experts,
+                                                                             p.num_global_experts));
+  a.index_ctas = chunked ? index_ctas(index_rows) : 1;
   a.index_hist = reinterpret_cast<int32_t*>(ws + l.index_hist);
 
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:

@@ -208,6 +208,39 @@ def test_max_tokens():
     run_case(16384, 256, 128, 64, 2, False, seed=99)
 
 
+# HOPPERKIT_MOE_INDEX (read once per process): "chunks" forces the chunked routing index wherever there is more
+# than one chunk, "one" the one-CTA build; unset, index_chunked() in heuristics.h picks (test_index_chunks_forced
+# runs the index tests again in a subprocess with "chunks").
+INDEX_MODE = os.environ.get("HOPPERKIT_MOE_INDEX", "")
+
+
+def check_index_path(v, rows, E_local, E_global, counts, dropped):
+    """The index build the op took: in chunks, index_hist holds each chunk's expert counts and dropped entries
+    (summing to the totals); in one CTA, the region keeps the test's 0xFF fill."""
+    hist = v["index_hist"]
+    if hist is None:  # one chunk: there is no chunked build
+        return
+    chunked = INDEX_MODE == "chunks" or (INDEX_MODE != "one" and rows * E_local >= 32768 * E_global)
+    if chunked:
+        assert torch.equal(hist[:, :E_local].sum(0).long(), counts.long())
+        assert int(hist[:, E_local].sum()) == dropped
+    else:
+        assert bool((hist == -1).all()), "one-CTA index build wrote the chunk histograms"
+
+
+def test_index_chunks_forced():
+    """The chunked routing index below its default threshold: the index tests again in a subprocess with
+    HOPPERKIT_MOE_INDEX=chunks (the switch is read once per process)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_MOE_INDEX="chunks")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "across_chunks or stages_match_reference"], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "12 passed" in r.stdout, r.stdout[-2000:]
+
+
 @pytest.mark.parametrize("T,K,kind,E_global", [(1024, 4, "uniform", 64), (1025, 4, "skewed", 64),
                                                (2049, 4, "uniform", 64), (4096, 16, "skewed", 64),
                                                (16384, 16, "uniform", 512), (300, 16, "uniform", 512)])
@@ -245,6 +278,7 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     off[1:] = counts.cumsum(0)
     assert torch.equal(v["expert_offset"].long(), off)
     assert int(v["dropped"]) == int((local < 0).sum())
+    check_index_path(v, T * K, E, E_global, counts, int((local < 0).sum()))
     bm = 16 if T * K / E_global <= 16 else 64
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
@@ -333,7 +367,7 @@ def test_bad_inputs_raise_typed_errors():
 
 # ------------------------------------------------------------------------------- stage by stage (workspace)
 @pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
-@pytest.mark.parametrize("T", [64, 300, 1100])  # 1100 x 4 routing entries: the index in two chunks
+@pytest.mark.parametrize("T", [64, 300, 1100])  # 1100 x 4 entries: two chunks under HOPPERKIT_MOE_INDEX=chunks
 def test_stages_match_reference(T, block):
     """Each stage against the reference, reading the intermediates from the workspace: the routing index
     (counts, offsets, tiles exactly; rows as a set per expert), the input codes (bitwise), SiLU(gate) * up codes
@@ -360,6 +394,7 @@ def test_stages_match_reference(T, block):
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
     assert int(v["num_tiles"]) == n_tiles and int(v["dropped"]) == 0
+    check_index_path(v, T * K, E, E, counts, 0)
     want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E)
             for i in range(int(tiles_per[e]))]
     got = [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()]
