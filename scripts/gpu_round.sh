@@ -8,7 +8,8 @@
 # benchmarks run (build.log only when the build fails). The device returns at most 8 files: with --sanitize,
 # run at most two benchmarks. A copy of the tree without .git names its commit through
 # HOPPERKIT_GIT_HASH=<hash> (build_info and the benchmark JSON record it).
-# SANITIZE_TOOLS (default "memcheck racecheck") and SANITIZE_TIMEOUT (seconds per tool, default 150) tune --sanitize.
+# SANITIZE_TOOLS (default "memcheck racecheck"), SANITIZE_TIMEOUT (seconds per tool, default 150) and SANITIZE_SUB (a
+# pytest -k expression instead of the default subset) tune --sanitize.
 # racecheck with CUDA 13.0's sanitizer reports hazards on the decode kernel's cp.async.mbarrier.arrive.noinc
 # handoff (docs/decode_attention.md: most likely the tool; it needs > 200 s to reach the MoE tests).
 set -uo pipefail
@@ -92,6 +93,7 @@ if [ "$SANITIZE" = 1 ]; then
   # MoE: both tile heights, split-K, both scalings, EP, 64-wide tails (TMA boxes past the tensor)
   SUB="$SUB or (test_routing_kinds and 64-skewed) or test_expert_parallel_half_remote or smallest_multiples"
   SUB="$SUB or test_shared_output_and_invalid_ids or (test_routing_kinds and 300-skewed) or test_64_row_tiles"  # 64-row wgmma tiles
+  SUB=${SANITIZE_SUB:-$SUB}  # SANITIZE_SUB: another pytest -k expression for the sanitizer runs
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     stamp "compute-sanitizer $tool"
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 17 --print-limit 20 \
