@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Same-build A/B of profiling switches on one benchmark, in one device call: hopperkit-only runs of
+# bench.<BENCH> with no switch (the baseline) and under each ENV=VALUE, each preceded by the selected GPU tests
+# under the same switch (a variant must be correct before its time counts). Prints every point's time ratio
+# (switch / baseline) and writes one file, $OUT/ab_<BENCH>.json, with all runs.
+#
+# Usage: scripts/ab_round.sh --bench prologue_bench [--bench-args "--no-step --tokens 64,4096"] \
+#          [--tests "test_prologue_gpu"] [--no-build] --ab NAME ENV=VALUE [--ab NAME ENV=VALUE]...
+#   --no-build: the package is already installed (e.g. after scripts/moe_round.sh in the same call)
+# Each benchmark run is limited to AB_SECONDS (default 120), each test run to AB_TEST_SECONDS (default 180).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/ab_round_out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+BENCH=""; BARGS=""; TESTS=""; BUILD=1; AB=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench) BENCH="$2"; shift ;;
+    --bench-args) BARGS="$2"; shift ;;
+    --tests) TESTS="$2"; shift ;;
+    --no-build) BUILD=0 ;;
+    --ab) [ $# -ge 3 ] || { echo "--ab needs NAME ENV=VALUE"; exit 2; }; AB+=("$2|$3"); shift 2 ;;
+    *) echo "unknown argument: $1"; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$BENCH" ] && [ ${#AB[@]} -gt 0 ] || { echo "usage: --bench NAME --ab NAME ENV=VALUE ..."; exit 2; }
+if [ "$BUILD" = 1 ]; then
+  # build + install (gpu_round.sh's own outputs go to a scratch folder: the device returns at most 8 files)
+  T=(); [ -n "$TESTS" ] && T=(--tests "$TESTS")
+  OUT=$(mktemp -d) bash scripts/gpu_round.sh --no-bench "${T[@]}" 2>&1 | grep -E "built|GPU tests|FAIL" | head -20
+fi
+if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
+TMP=$(mktemp -d)
+RUNS=("default|HOPPERKIT_AB_BASELINE=1" "${AB[@]}")
+for spec in "${RUNS[@]}"; do
+  IFS='|' read -r name env <<< "$spec"
+  if [ -n "$TESTS" ]; then
+    echo "== $name ($env): tests"
+    env "$env" timeout "${AB_TEST_SECONDS:-180}" $PY -m pytest tests/python -q -p no:cacheprovider -k "$TESTS" \
+      > "$TMP/tests_$name.log" 2>&1
+    tail -1 "$TMP/tests_$name.log"
+    grep -E "^(FAILED|ERROR)" "$TMP/tests_$name.log" | head -5
+  fi
+  echo "== $name ($env): $BENCH $BARGS"
+  # shellcheck disable=SC2086
+  env "$env" timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit $BARGS --out "$TMP/$name.json" \
+    > "$TMP/bench_$name.log" 2>&1
+  tail -1 "$TMP/bench_$name.log"
+done
+$PY - "$TMP" "$OUT/ab_$BENCH.json" "${RUNS[@]}" <<'EOF'
+import json, math, os, sys
+tmp, out, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+ID = ("scenario", "case", "model", "mode", "scaling", "bs", "tokens", "dtype", "cache_layout", "spec", "impl")
+def load(name):
+    p = os.path.join(tmp, name + ".json")
+    if not os.path.exists(p):
+        return None, {}
+    d = json.load(open(p))
+    rows = {tuple(r.get(k) for k in ID): r for r in d.get("rows", []) if r.get("us")}
+    return d, rows
+result = {"bench": os.path.basename(out)[3:-5], "runs": {}}
+base_d, base = load("default")
+for spec in runs:
+    name, env = spec.split("|", 1)
+    d, rows = load(name)
+    tests = os.path.join(tmp, f"tests_{name}.log")
+    last = open(tests).read().strip().splitlines()[-1:] if os.path.exists(tests) else []
+    result["runs"][name] = {"env": env, "tests": last[0] if last else None, "commit": (d or {}).get("commit"),
+                            "rows": list(rows.values())}
+    if name == "default" or not rows:
+        continue
+    keys = sorted((k for k in rows if k in base), key=str)
+    if not keys:
+        continue
+    ratios = [rows[k]["us"] / base[k]["us"] for k in keys]
+    g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"== {name} ({env}): {len(keys)} points, switch / default time, geomean {g:.3f}")
+    for k, r in zip(keys, ratios):
+        label = " ".join(str(v) for v, f in zip(k, ID) if v is not None and f != "impl")
+        ok = "" if rows[k].get("ok", True) else "  WRONG OUTPUT"
+        print(f"   {label:40s} {k[-1]:16s} {base[k]['us']:9.2f} -> {rows[k]['us']:9.2f} us ({r:.3f}){ok}")
+json.dump(result, open(out, "w"), indent=1)
+print("wrote", out)
+EOF
+rm -rf "$TMP"
