@@ -194,7 +194,14 @@ int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
   if (prev != device) HK_CUDA_CHECK(cudaSetDevice(prev));
   HK_CUDA_CHECK(e);
   HK_CHECK(kUnsupported, blocks >= 1, "device", "room for one attention CTA per SM", blocks);
-  return blocks;
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_CTAS_PER_SM=n caps the CTAs per SM the dynamic plan
+  // spreads its tiles over (fewer CTAs: longer budgets, fewer pieces of a split pair to merge).
+  static const int cap = [] {
+    const char* v = std::getenv("HOPPERKIT_DECODE_CTAS_PER_SM");
+    const int n = v ? std::atoi(v) : 0;
+    return n >= 1 ? n : 0;
+  }();
+  return cap > 0 && cap < blocks ? cap : blocks;
 }
 
 void decode_attention(const DecodeAttentionParams& p) {
