@@ -7,7 +7,9 @@
 # Usage: scripts/ab_round.sh --bench prologue_bench [--bench-args "--no-step --tokens 64,4096"] \
 #          [--tests "test_prologue_gpu"] [--no-build] --ab NAME ENV=VALUE [--ab NAME ENV=VALUE]...
 #   --no-build: the package is already installed (e.g. after scripts/moe_round.sh in the same call)
-# Each benchmark run is limited to AB_SECONDS (default 120), each test run to AB_TEST_SECONDS (default 180).
+# Each benchmark run is limited to AB_SECONDS (default 120), each test run to AB_TEST_SECONDS (default 180). A
+# switch whose tests fail gets no benchmark run; rows flagged wrong stay out of the geomean.
+# prologue_bench: pass --no-step (its decode-step section runs other implementations too).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/ab_round_out}
@@ -16,20 +18,27 @@ PY=${PYTHON:-python3}
 BENCH=""; BARGS=""; TESTS=""; BUILD=1; AB=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --bench|--bench-args|--tests) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
     --bench) BENCH="$2"; shift ;;
     --bench-args) BARGS="$2"; shift ;;
     --tests) TESTS="$2"; shift ;;
     --no-build) BUILD=0 ;;
-    --ab) [ $# -ge 3 ] || { echo "--ab needs NAME ENV=VALUE"; exit 2; }; AB+=("$2|$3"); shift 2 ;;
+    --ab) [ $# -ge 3 ] || { echo "--ab needs NAME ENV=VALUE"; exit 2; }
+          [ "$2" != default ] || { echo "--ab: 'default' is the baseline's name"; exit 2; }
+          AB+=("$2|$3"); shift 2 ;;
     *) echo "unknown argument: $1"; exit 2 ;;
   esac
   shift
 done
 [ -n "$BENCH" ] && [ ${#AB[@]} -gt 0 ] || { echo "usage: --bench NAME --ab NAME ENV=VALUE ..."; exit 2; }
 if [ "$BUILD" = 1 ]; then
-  # build + install (gpu_round.sh's own outputs go to a scratch folder: the device returns at most 8 files)
-  T=(); [ -n "$TESTS" ] && T=(--tests "$TESTS")
-  OUT=$(mktemp -d) bash scripts/gpu_round.sh --no-bench "${T[@]}" 2>&1 | grep -E "built|GPU tests|FAIL" | head -20
+  # build + install (gpu_round.sh's own outputs go to a scratch folder: the device returns at most 8 files; its
+  # tests are the selected ones, or none)
+  OUT=$(mktemp -d) bash scripts/gpu_round.sh --no-bench --tests "${TESTS:-ab_round_selects_no_test}" \
+    > /tmp/hk_ab_build.log 2>&1
+  rc=$?
+  grep -E "built|GPU tests|FAIL" /tmp/hk_ab_build.log | head -20
+  [ $rc -eq 0 ] || { tail -20 /tmp/hk_ab_build.log; echo "ab_round: build failed (exit $rc)"; exit 1; }
 fi
 if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
 TMP=$(mktemp -d)
@@ -40,8 +49,10 @@ for spec in "${RUNS[@]}"; do
     echo "== $name ($env): tests"
     env "$env" timeout "${AB_TEST_SECONDS:-180}" $PY -m pytest tests/python -q -p no:cacheprovider -k "$TESTS" \
       > "$TMP/tests_$name.log" 2>&1
+    trc=$?
     tail -1 "$TMP/tests_$name.log"
     grep -E "^(FAILED|ERROR)" "$TMP/tests_$name.log" | head -5
+    if [ $trc -ne 0 ]; then echo "   tests failed (exit $trc): no benchmark under $name"; continue; fi
   fi
   echo "== $name ($env): $BENCH $BARGS"
   # shellcheck disable=SC2086
@@ -62,6 +73,8 @@ def load(name):
     return d, rows
 result = {"bench": os.path.basename(out)[3:-5], "runs": {}}
 base_d, base = load("default")
+if not base:
+    print("no baseline rows (its tests or benchmark failed): no ratios")
 for spec in runs:
     name, env = spec.split("|", 1)
     d, rows = load(name)
@@ -75,8 +88,10 @@ for spec in runs:
     if not keys:
         continue
     ratios = [rows[k]["us"] / base[k]["us"] for k in keys]
-    g = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    print(f"== {name} ({env}): {len(keys)} points, switch / default time, geomean {g:.3f}")
+    good = [r for k, r in zip(keys, ratios) if rows[k].get("ok", True) and base[k].get("ok", True)]
+    g = math.exp(sum(map(math.log, good)) / len(good)) if good else float("nan")
+    print(f"== {name} ({env}): {len(keys)} points, switch / default time, geomean {g:.3f} over the "
+          f"{len(good)} with correct output on both sides")
     for k, r in zip(keys, ratios):
         label = " ".join(str(v) for v, f in zip(k, ID) if v is not None and f != "impl")
         ok = "" if rows[k].get("ok", True) else "  WRONG OUTPUT"

@@ -113,7 +113,7 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         "act": view("act", torch.float8_e4m3fn, (rows, intermediate)),
         "act_scale": view("act_scale", torch.float32, (rows, intermediate // 128)),
         "y": view("y", torch.bfloat16, (rows, hidden)),
-        # per-chunk expert counts + dropped, written only when the index was built in chunks (> 4096 entries)
-        "index_hist": (view("index_hist", torch.int32, (-(-rows // 4096), num_local_experts + 1))
-                       if rows > 4096 else None),
+        # per-chunk expert counts + dropped, written only when the index was built in chunks (more than one)
+        "index_hist": (view("index_hist", torch.int32, (off["index_chunks"], num_local_experts + 1))
+                       if off["index_chunks"] > 1 else None),
     }
