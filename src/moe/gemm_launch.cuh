@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "common/pdl_launch.h"
 #include "common/tensor_map.h"
 #include "hopperkit/error.h"
 #include "moe/grouped_gemm.cuh"
@@ -71,17 +72,9 @@ void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan, MoeGemmVar
   auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
   HK_CHECK(kValue, plan.kernel == reinterpret_cast<const void*>(kernel), "moe gemm plan",
            "a plan made for this variant", plan.kernel ? "a plan for another variant" : "no plan");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(plan.grid));
-  cfg.blockDim = dim3(Cfg::kThreads);
-  cfg.dynamicSmemBytes = Cfg::kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // PDL: set-up overlaps the previous tail
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, plan.wmap, plan.amap));
+  // PDL: the set-up overlaps the previous kernel's tail
+  launch_with_pdl(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, a,
+                  plan.wmap, plan.amap);
 }
 
 // Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.

@@ -13,6 +13,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
 
+#include "common/pdl_launch.h"
 #include "common/ptx.cuh"
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
@@ -319,16 +320,8 @@ void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
   moe_prep_kernel<<<grid, kPrepThreads, 0, stream>>>(a);
   HK_CHECK_LAUNCH("moe_prep_kernel");
   if (a.index_ctas > 1) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.index_ctas));
-    cfg.blockDim = dim3(kPrepThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_index_place_kernel, a));
+    launch_with_pdl(moe_index_place_kernel, dim3(static_cast<unsigned>(a.index_ctas)), dim3(kPrepThreads), 0, stream,
+                    a);
   }
 }
 

@@ -2,6 +2,7 @@
 // summed in k order (deterministic); rows of experts that are not local are skipped.
 #include <atomic>
 
+#include "common/pdl_launch.h"
 #include "common/ptx.cuh"
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
@@ -111,16 +112,8 @@ void launch_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
   const int64_t blocks = (total + kReduceThreads - 1) / kReduceThreads;
   static std::atomic<int> cache[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
   const int64_t resident = resident_ctas(moe_reduce_kernel<kK>, kReduceThreads, 0, cache, "moe reduce");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident));
-  cfg.blockDim = dim3(kReduceThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_reduce_kernel<kK>, a));
+  const dim3 grid(static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident));
+  launch_with_pdl(moe_reduce_kernel<kK>, grid, dim3(kReduceThreads), 0, stream, a);
 }
 
 }  // namespace
