@@ -83,9 +83,11 @@ HK_MOE_HD int index_ctas(int64_t rows) {
   return rows <= kIndexCtaRows ? 1 : static_cast<int>((rows + kIndexCtaRows - 1) / kIndexCtaRows);
 }
 // Whether the op builds the index in chunks (index_ctas(rows) CTAs) rather than in one CTA: from
-// kIndexChunkedMinLocalRows local entries expected under even routing (rows x local / global experts). The
-// chunked build adds a kernel whose placement waits for the whole prep grid (input quantisation included), so
-// it pays only where one CTA's placement is long. Session 7's same-build A/B (one CTA against chunks):
+// kIndexChunkedMinLocalRows local entries expected under even routing (rows x local / global experts).
+// TO RE-MEASURE on this branch: the threshold was measured when the placement waited for the whole prep grid
+// (input quantisation included); here the count is a kernel of its own and the quantisation runs beside the
+// placement, so the chunks should pay from fewer entries. Session 7's same-build A/B (one CTA against chunks,
+// before this change):
 // chunks 1.7-3.2% faster at hy3 / qwen3 TP8 from 4096 tokens (32768 local entries), within 1% at 2048 tokens and
 // on DeepSeek (256 experts), 1.6-2.4% slower at EP8 1024-2048 tokens (<= 2048 local entries of 8192-16384).
 constexpr int64_t kIndexChunkedMinLocalRows = 32768;
