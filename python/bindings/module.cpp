@@ -633,4 +633,5 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_ERROR_STALE") = static_cast<int>(decode::kPlanErrorStale);
   m.attr("PLAN_ERROR_QUERY_LOC") = static_cast<int>(decode::kPlanErrorQueryLoc);
   m.attr("PLAN_ERROR_BLOCK_ID") = static_cast<int>(decode::kPlanErrorBlockId);
+  m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
 }

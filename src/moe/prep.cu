@@ -1,11 +1,13 @@
 // hopperkit fused FP8 MoE, kernel 1: the routing index and the input quantisation.
 //
-// Up to kIndexCtaRows routing entries, CTA 0 builds the index: per-expert counts in shared memory, their
-// prefix, the tile list (block_m rows per tile, in expert order) and each expert's rows. Above that, CTAs
-// 0 .. index_ctas - 1 each count one chunk of kIndexCtaRows entries into the workspace (index_hist), and the
-// second kernel here (moe_index_place_kernel, one CTA per chunk, after this grid by PDL) sums the chunks'
-// counts, writes the offsets and tiles, and places each chunk's rows: sorted by expert in shared memory first,
-// then stored as contiguous runs (a chunk's rows of one expert are one run of the expert's range).
+// In one CTA (index_ctas == 1), CTA 0 of moe_prep_kernel builds the index: per-expert counts in shared memory,
+// their prefix, the tile list (block_m rows per tile, in expert order) and each expert's rows; the kernel's
+// other CTAs quantise the input. In chunks (index_chunked in heuristics.h), moe_prep_kernel is only the
+// count: one CTA per chunk of kIndexCtaRows entries writes its per-expert counts to the workspace
+// (index_hist). The second kernel (moe_index_place_kernel, after it by PDL) has one CTA per chunk, which waits
+// for the counts, sums them, writes the offsets and tiles, and places the chunk's rows (sorted by expert in
+// shared memory first, then stored as contiguous runs: a chunk's rows of one expert are one run of the
+// expert's range), and the quantisation CTAs, which do not wait: they run while the counts are made.
 // Rows are placed with shared-memory atomics, so their order inside an expert range may vary from run to run;
 // results do not, because every row's GEMM result depends on that row alone and the reduce sums in token order.
 // The other CTAs quantise a bf16 input to FP8: per-tensor (x / a13_scale, 8 columns per thread) or in 1x128
@@ -205,6 +207,8 @@ __device__ void quantise_input_block(const MoeKernelArgs& a) {
   }
 }
 
+// Grid: index_ctas CTAs, plus the quantisation CTAs when the index is built in one CTA (in chunks, the
+// quantisation CTAs are the placement kernel's).
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a) {
   launch_dependents();  // the next grid (gate-up, or the index placement) may start; it waits for this one
   if (static_cast<int>(blockIdx.x) < a.index_ctas) {
@@ -222,9 +226,10 @@ __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a)
   }
 }
 
-// Index chunk blockIdx.x: every expert's total and this chunk's base inside the expert's range (the counts of
-// the chunks before it), from index_hist; CTA 0 also writes the offsets, the tile list and the counters. Then
-// the chunk's rows, sorted by expert in shared memory, are stored as one contiguous run per expert.
+// CTAs 0 .. index_ctas - 1, chunk blockIdx.x: every expert's total and this chunk's base inside the expert's
+// range (the counts of the chunks before it), from index_hist; CTA 0 also writes the offsets, the tile list and
+// the counters. Then the chunk's rows, sorted by expert in shared memory, are stored as one contiguous run per
+// expert. The CTAs after them quantise the input (they need nothing from the count kernel).
 __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const MoeKernelArgs a) {
   __shared__ int s_base[kMaxExperts];   // expert_offset[e] + the earlier chunks' rows of e
   __shared__ int s_local[kMaxExperts];  // this chunk's first slot of e in s_rows
@@ -235,12 +240,21 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   launch_dependents();     // the gate-up grid may start its set-up; it waits for this grid's results
-  // index_hist comes from the prep kernel. Every CTA waits, before anything else can end it: the gate-up waits
-  // only on this grid, so this wait is also what orders the prep kernel's other results (xq) before the gate-up.
-  grid_dependency_wait();
+  if (static_cast<int>(blockIdx.x) >= a.index_ctas) {
+    // the count kernel only reads the routing and writes index_hist: nothing to wait for. (This grid started
+    // after the count grid did, which started after the stream's earlier work completed, e.g. the previous
+    // call's reads of xq.)
+    if (a.block_scaled) {
+      quantise_input_block(a);
+    } else {
+      quantise_input_per_tensor(a);
+    }
+    return;
+  }
+  grid_dependency_wait();  // index_hist comes from the count kernel
   const int tid = threadIdx.x;
   const int c = blockIdx.x;
-  const int P = gridDim.x;  // = a.index_ctas
+  const int P = a.index_ctas;
   const int E = a.num_local_experts;
   const int rows = a.num_tokens * a.top_k;
   // thread e < E: expert e's count over all chunks, over the chunks before this one, and in this one; thread E
@@ -309,19 +323,20 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
 void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
   HK_CHECK(kValue, a.index_ctas >= 1 && a.index_ctas <= kMaxIndexCtas, "index_ctas",
            "1.." + std::to_string(kMaxIndexCtas), a.index_ctas);
-  unsigned grid = static_cast<unsigned>(a.index_ctas);
+  unsigned quant_ctas = 0;
   if (a.hidden != nullptr) {
     // columns per warp, as in quantise_input_block / quantise_input_per_tensor
     const int group = a.block_scaled ? kScaleBlock : 8 * 32;
     const int64_t warps = (static_cast<int64_t>(a.num_tokens) * a.hidden_size + group - 1) / group;
     const int64_t blocks = (warps + kPrepThreads / 32 - 1) / (kPrepThreads / 32);
-    grid += static_cast<unsigned>(blocks < 1024 ? blocks : 1024);
+    quant_ctas = static_cast<unsigned>(blocks < 1024 ? blocks : 1024);
   }
-  moe_prep_kernel<<<grid, kPrepThreads, 0, stream>>>(a);
+  // the quantisation CTAs go with the one-CTA index build, or with the placement of a chunked one
+  const unsigned index_grid = static_cast<unsigned>(a.index_ctas);
+  moe_prep_kernel<<<a.index_ctas == 1 ? index_grid + quant_ctas : index_grid, kPrepThreads, 0, stream>>>(a);
   HK_CHECK_LAUNCH("moe_prep_kernel");
   if (a.index_ctas > 1) {
-    launch_with_pdl(moe_index_place_kernel, dim3(static_cast<unsigned>(a.index_ctas)), dim3(kPrepThreads), 0, stream,
-                    a);
+    launch_with_pdl(moe_index_place_kernel, dim3(index_grid + quant_ctas), dim3(kPrepThreads), 0, stream, a);
   }
 }
 

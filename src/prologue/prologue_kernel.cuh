@@ -5,6 +5,11 @@
 // rotate-half partner exchange are warp shuffles inside the group. Threads walk the QKV row in memory order,
 // so every load and store is a coalesced 16-byte (or 8-byte for FP8) access; each thread handles kItems
 // vectors whose loads are all issued before any use.
+//
+// What limits it is memory requests in flight, i.e. warps resident: one vector per thread and at least
+// kPrologueMinCtas CTAs per SM (40 registers, 16-28 bytes of spills) against two vectors per thread at 64
+// registers (3 CTAs per SM): 0.72-0.84x the time up to 64 tokens, 0.80-0.97x at 512-32768 tokens (H200, session 8,
+// same-build A/B; 1 vector at 56 registers was 1.11-1.15x at 4096+, at 32 registers with 112 B of spills 1.07x).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,7 +25,8 @@ namespace hopperkit {
 namespace prologue {
 
 constexpr int kPrologueThreads = 256;
-constexpr int kItems = 2;  // vectors per thread, loaded together
+constexpr int kItems = 1;            // vectors per thread, loaded together
+constexpr int kPrologueMinCtas = 6;  // resident CTAs per SM asked of the register allocator
 constexpr float kFp8Max = 448.f;
 
 struct PrologueArgs {
@@ -167,7 +173,7 @@ __device__ __forceinline__ void rope(float (&x)[8], const PrologueArgs& a, int64
 }
 
 template <int D>
-__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(const PrologueArgs a) {
+__global__ void __launch_bounds__(kPrologueThreads, kPrologueMinCtas) attention_prologue_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 8;  // threads per head
   const int lane = threadIdx.x & 31;
   const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));

@@ -45,9 +45,10 @@ TEST(MoeHeuristics, IndexCtas) {
   EXPECT_EQ(index_ctas(kIndexCtaRows + 1), 2);  // a second chunk: count here, place in moe_index_place
   EXPECT_EQ(index_ctas(4096 * 8), 8);           // hy3 TP8 at 4096 tokens
   EXPECT_TRUE(index_chunked(4096 * 8, 192, 192));     // hy3 TP8 at 4096 tokens: 32768 local entries
-  EXPECT_FALSE(index_chunked(2048 * 8, 192, 192));    // 2048 tokens: one CTA
+  EXPECT_TRUE(index_chunked(1024 * 8, 192, 192));     // 1024 tokens: 8192 local entries
+  EXPECT_FALSE(index_chunked(1023 * 8, 192, 192));    // one CTA below 8192
   EXPECT_FALSE(index_chunked(2048 * 8, 16, 128));     // qwen3 EP8 at 2048 tokens: ~2048 local entries
-  EXPECT_FALSE(index_chunked(16384 * 8, 32, 256));    // deepseek EP8 at 16384 tokens: 16384 local entries
+  EXPECT_TRUE(index_chunked(16384 * 8, 32, 256));     // deepseek EP8 at 16384 tokens: 16384 local entries
   EXPECT_FALSE(index_chunked(kIndexCtaRows, 1, 1));   // one chunk is never chunked
   EXPECT_EQ(index_ctas(static_cast<int64_t>(kMaxTokens) * kMaxTopK), kMaxIndexCtas);
 }

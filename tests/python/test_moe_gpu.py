@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import hopperkit
+from hopperkit import _core
 from hopperkit.reference import fp8_quantize_reference, fused_moe_reference
 
 pytestmark = pytest.mark.gpu
@@ -220,7 +221,8 @@ def check_index_path(v, rows, E_local, E_global, counts, dropped):
     hist = v["index_hist"]
     if hist is None:  # one chunk: there is no chunked build
         return
-    chunked = INDEX_MODE == "chunks" or (INDEX_MODE != "one" and rows * E_local >= 32768 * E_global)
+    min_local = _core._C.MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS
+    chunked = INDEX_MODE == "chunks" or (INDEX_MODE != "one" and rows * E_local >= min_local * E_global)
     if chunked:
         assert torch.equal(hist[:, :E_local].sum(0).long(), counts.long())
         assert int(hist[:, E_local].sum()) == dropped

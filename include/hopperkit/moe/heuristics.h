@@ -83,12 +83,13 @@ HK_MOE_HD int index_ctas(int64_t rows) {
   return rows <= kIndexCtaRows ? 1 : static_cast<int>((rows + kIndexCtaRows - 1) / kIndexCtaRows);
 }
 // Whether the op builds the index in chunks (index_ctas(rows) CTAs) rather than in one CTA: from
-// kIndexChunkedMinLocalRows local entries expected under even routing (rows x local / global experts). The
-// chunked build adds a kernel whose placement waits for the whole prep grid (input quantisation included), so
-// it pays only where one CTA's placement is long. Session 7's same-build A/B (one CTA against chunks):
-// chunks 1.7-3.2% faster at hy3 / qwen3 TP8 from 4096 tokens (32768 local entries), within 1% at 2048 tokens and
-// on DeepSeek (256 experts), 1.6-2.4% slower at EP8 1024-2048 tokens (<= 2048 local entries of 8192-16384).
-constexpr int64_t kIndexChunkedMinLocalRows = 32768;
+// kIndexChunkedMinLocalRows local entries expected under even routing (rows x local / global experts).
+// The chunked build's count is a kernel of its own and the input quantisation runs beside the placement (extra
+// CTAs of the placement kernel). Same-build A/B on an H200 (session 8, HOPPERKIT_MOE_INDEX), chunks against one
+// CTA: hy3 / qwen3 TP8 2.4-3.5% faster at 4096-16384 tokens (32768+ local entries), 1.1-1.3% faster at
+// 1024-2048 (8192-16384); DeepSeek TP8 (256 experts) -0.9..+0.7%; EP8 at 512-2048 tokens (<= 2048 local
+// entries) within +-1.1%. (Session 7, placement after the whole prep grid: EP8 1.6-2.4% slower in chunks.)
+constexpr int64_t kIndexChunkedMinLocalRows = 8192;
 HK_MOE_HD bool index_chunked(int64_t rows, int num_local_experts, int num_global_experts) {
   return rows > kIndexCtaRows && rows * num_local_experts >= kIndexChunkedMinLocalRows * num_global_experts;
 }
