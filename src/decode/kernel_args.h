@@ -51,6 +51,7 @@ struct PlanKernelArgs {
   int max_blocks_per_seq;
   int mode;                 // PlanMode
   int max_ctas;             // dynamic: CTA cap
+  int long_pair_ctas;       // dynamic: CTA cap for long pairs (dynamic_cta_cap), 0 = none
   int static_splits;        // static: splits per pair
   int static_chunk_tiles;   // static: tiles per split
 };
