@@ -152,6 +152,8 @@ nb::dict plan_layout(const std::vector<int64_t>& cfg) {
   d["cta_first_pair"] = l.cta_first_pair;
   d["empty_pairs"] = l.empty_pairs;
   d["merge_counters"] = l.merge_counters;
+  d["slot_counters"] = l.slot_counters;
+  d["sm_claims"] = l.sm_claims;
   d["partial_o"] = l.partial_o;
   d["partial_lse"] = l.partial_lse;
   d["total_bytes"] = l.total_bytes;

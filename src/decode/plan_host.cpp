@@ -180,7 +180,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   v.header[kHdrErrors] = errors;
   v.header[kHdrMode] = static_cast<int>(config.mode);
   v.header[kHdrBySm] =
-      config.mode == PlanMode::kDynamic && dynamic_by_sm(C, config.max_ctas, config.long_pair_ctas) ? 1 : 0;
+      config.mode == PlanMode::kDynamic && dynamic_by_sm(T, P, C, config.max_ctas, config.long_pair_ctas) ? 1 : 0;
   v.header[kHdrClaimNext] = 0;
   v.header[kHdrClaimDone] = 0;
 }

@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     v.header[kHdrErrors] = s_err;
     v.header[kHdrMode] = a.mode;
     v.header[kHdrBySm] = a.mode == static_cast<int>(PlanMode::kDynamic) &&
-                         dynamic_by_sm(C, a.max_ctas, a.long_pair_ctas);
+                         dynamic_by_sm(T, P, C, a.max_ctas, a.long_pair_ctas);
     v.header[kHdrClaimNext] = 0;
     v.header[kHdrClaimDone] = 0;
   }

@@ -55,13 +55,15 @@ TEST(Heuristics, LongPairsCapTheCtas) {
   EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132), 264);
 }
 
-TEST(Heuristics, ClaimsBySmWhenTheItemsFitOnePerSm) {
-  EXPECT_TRUE(dynamic_by_sm(132, 264, 132));   // capped long pairs
-  EXPECT_TRUE(dynamic_by_sm(1, 264, 132));     // a short batch
-  EXPECT_FALSE(dynamic_by_sm(133, 264, 132));  // more items than SMs
-  EXPECT_FALSE(dynamic_by_sm(132, 132, 132));  // the grid is one per SM already
-  EXPECT_FALSE(dynamic_by_sm(10, 264, 0));     // off (FP8, or one CTA per SM)
-  EXPECT_FALSE(dynamic_by_sm(0, 264, 132));    // nothing to claim
+TEST(Heuristics, ClaimsBySmOnlyUnderTheLongPairCap) {
+  const int64_t long_T = int64_t{kLongPairTiles} * 32;  // 32 pairs at the threshold
+  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132));          // capped long pairs
+  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132));  // 1 x 128K + 31 x 4K
+  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132));         // uniform_512: few tiles, not long
+  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132));             // skewed_extreme: 17 tiles per pair
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132));         // the grid is one per SM already
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0));           // off (FP8, or one CTA per SM)
+  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132));                 // nothing to claim
 }
 
 TEST(Heuristics, CtaOfTileInvertsCtaBegin) {

@@ -83,7 +83,7 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     ASSERT_LE(max_budget - min_budget, 1) << "budgets equal within one tile";
     if (T >= kMinTilesPerCta) ASSERT_GE(min_budget, kMinTilesPerCta) << "minimum work per CTA";
     ASSERT_EQ(C, dynamic_num_ctas(T, dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas)));
-    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);
+    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);
   } else {
     ASSERT_EQ(v.header[kHdrBySm], 0);
   }

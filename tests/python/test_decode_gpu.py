@@ -135,15 +135,17 @@ def test_long_pairs_plan_one_cta_per_sm():
         C = int(hdr[0])
         want = sms if expect == "sms" else plan.sm_ctas
         assert C == want, (kv, len(lens), C, want, plan.sm_ctas)
-        by_sm = kv == BF16 and C < plan.sm_ctas
+        by_sm = kv == BF16 and expect == "sms" and C < plan.sm_ctas
         assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
 
 
-@pytest.mark.parametrize("kind", ["long", "few_tiles", "one_tile"])
+@pytest.mark.parametrize("kind", ["mixed", "one_long", "tile_edges"])
 def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
-    """Plans claimed by SM (BF16, at most one work item per SM): the output matches the reference, three launches
-    with one plan agree bit for bit, and every launch leaves the claim counters at zero for the next."""
-    lens = {"long": [20000] + [1500] * 7, "few_tiles": [700, 1, 65, 64, 3000], "one_tile": [5]}[kind]
+    """Plans claimed by SM (BF16 batches of long pairs, capped at one work item per SM): the output matches the
+    reference, three launches with one plan agree bit for bit, and every launch leaves the claim counters at
+    zero for the next."""
+    lens = {"mixed": [20000] + [1500] * 7, "one_long": [65537],
+            "tile_edges": [64 * 60 - 1, 64 * 60, 64 * 60 + 1, 1, 64 * 100 + 63]}[kind]
     case = make_case(lens, seed=_seed("by_sm_" + kind))
     plan = make_plan(case)
     hdr = plan.arrays()["header"]

@@ -65,12 +65,17 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
 }
 
 // Dynamic mode: whether the attention CTAs claim the plan's C work items by SM (the first CTA resident on an
-// SM claims items until none are left, the others exit): whenever C work items fit one per SM (C <=
-// long_pair_ctas, which is the SM count where set) and fewer than the launched grid, so that the items run one
-// per SM wherever the hardware placed the grid's blocks. (A plan of C items in a larger grid otherwise runs
-// on blocks 0..C-1, which the block scheduler does not place one per SM: session 8, run 3.)
-HK_HD bool dynamic_by_sm(int num_ctas, int max_ctas, int long_pair_ctas) {
-  return long_pair_ctas > 0 && num_ctas > 0 && num_ctas <= long_pair_ctas && num_ctas < max_ctas;
+// SM claims items until none are left, the others exit): when the long-pair cap applies (C <= long_pair_ctas,
+// the SM count) in a larger grid, so that the items run one per SM wherever the hardware placed the grid's
+// blocks. A plan of C items in a larger grid otherwise runs on blocks 0..C-1, which the block scheduler does
+// not place one per SM (session 8, run 3: the cap alone lost 3-4% on two_32k_30x4k / uniform_4096 where a
+// launched one-per-SM grid won). Measured in session 8 run 6 (BF16): with the claims the cap is 5-11% faster
+// than no cap on the four long-request scenarios and within 1-2% of a launched one-per-SM grid. Short batches
+// (C < SMs because there are few tiles) are not claimed by SM: the claim's extra round trips (SM counter, item
+// counter, item range) cost them 3-4.5% (uniform_512, skewed_extreme) in the same run.
+HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas) {
+  return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
+         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas) == long_pair_ctas;
 }
 
 // Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
