@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env_switch.h"
 #include "common/tensor_map.h"
 #include "decode/kernel_args.h"
 #include "decode/variants.h"
@@ -196,11 +197,7 @@ int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
   HK_CHECK(kUnsupported, blocks >= 1, "device", "room for one attention CTA per SM", blocks);
   // Profiling aid (not for serving): HOPPERKIT_DECODE_CTAS_PER_SM=n caps the CTAs per SM the dynamic plan
   // spreads its tiles over (fewer CTAs: longer budgets, fewer pieces of a split pair to merge).
-  static const int cap = [] {
-    const char* v = std::getenv("HOPPERKIT_DECODE_CTAS_PER_SM");
-    const int n = v ? std::atoi(v) : 0;
-    return n >= 1 ? n : 0;
-  }();
+  static const int cap = env_int("HOPPERKIT_DECODE_CTAS_PER_SM", 0, 1);
   return cap > 0 && cap < blocks ? cap : blocks;
 }
 
@@ -239,10 +236,8 @@ void decode_attention(const DecodeAttentionParams& p) {
   a.lse_stride_token = p.lse_stride_token;
   a.plan = decode_plan_view(p.plan_config, p.plan_workspace);
   a.partial_rows = p.plan_config.max_rows();
-  static const int debug_flags = [] {
-    const char* e = std::getenv("HOPPERKIT_DECODE_DEBUG");  // profiling experiments; results are wrong when set
-    return e ? std::atoi(e) : 0;
-  }();
+  // profiling experiments; results are wrong when set
+  static const int debug_flags = env_int("HOPPERKIT_DECODE_DEBUG", 0);
   a.debug_flags = debug_flags;
 
   const CUtensorMap tk = cache_tensor_map("k_cache", p.k_cache, p.kv_dtype, p.block_size, p.num_kv_heads, p.num_blocks,

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env_switch.h"
 #include "hopperkit/error.h"
 #include "hopperkit/moe/moe.h"
 #include "moe/launch.h"
@@ -74,10 +75,8 @@ void fused_moe(const MoeParams& p) {
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
   // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled
   // gate-up, which needs 256 (to measure one against the other in one device run).
-  static const int narrow = [] {
-    const char* v = std::getenv("HOPPERKIT_MOE_NARROW_TILES");
-    return v == nullptr ? 0 : (std::string(v) == "down" ? 1 : 2);
-  }();
+  static const int narrow =
+      !env_set("HOPPERKIT_MOE_NARROW_TILES") ? 0 : (env_is("HOPPERKIT_MOE_NARROW_TILES", "down") ? 1 : 2);
   const int64_t rows_per_expert = mean_rows_per_expert(p.num_tokens, p.top_k, p.num_global_experts);
   a.gate_up_tile_n =
       narrow == 2 && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate, rows_per_expert);
@@ -95,11 +94,8 @@ void fused_moe(const MoeParams& p) {
   a.split_partials = reinterpret_cast<float*>(ws + l.split_partials);
   // Profiling and test aid (not for serving): HOPPERKIT_MOE_INDEX=one builds the routing index in one CTA at any
   // size, =chunks in chunks whenever there is more than one (index_chunked in heuristics.h picks by default).
-  static const int index_mode = [] {
-    const char* v = std::getenv("HOPPERKIT_MOE_INDEX");
-    if (v == nullptr) return 0;
-    return std::string(v) == "one" ? 1 : std::string(v) == "chunks" ? 2 : 0;
-  }();
+  static const int index_mode =
+      env_is("HOPPERKIT_MOE_INDEX", "one") ? 1 : (env_is("HOPPERKIT_MOE_INDEX", "chunks") ? 2 : 0);
   const int64_t index_rows = static_cast<int64_t>(p.num_tokens) * p.top_k;
   const bool chunked = index_mode == 2 || (index_mode == 0 && index_chunked(index_rows, p.num_local_experts,
                                                                              p.num_global_experts));
@@ -108,19 +104,11 @@ void fused_moe(const MoeParams& p) {
 
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
   // the prep kernel, and the index placement when there is one).
-  static const int stages = [] {
-    const char* v = std::getenv("HOPPERKIT_MOE_STAGES");
-    const int n = v ? std::atoi(v) : 4;
-    return n >= 1 && n <= 4 ? n : 4;
-  }();
+  static const int stages = env_int("HOPPERKIT_MOE_STAGES", 4, 1, 4);
   // Profiling aids: HOPPERKIT_MOE_NO_SPLIT turns the decode tiles' split-K off; HOPPERKIT_MOE_SPLIT=n (1..8)
   // sets the items per CTA the split aims at (split_k_slices in heuristics.h).
-  static const int split_waves = [] {
-    if (std::getenv("HOPPERKIT_MOE_NO_SPLIT") != nullptr) return 0;
-    const char* v = std::getenv("HOPPERKIT_MOE_SPLIT");
-    const int n = v ? std::atoi(v) : kSplitWaves;
-    return n >= 1 && n <= kMaxSplit ? n : kSplitWaves;
-  }();
+  static const int split_waves =
+      env_set("HOPPERKIT_MOE_NO_SPLIT") ? 0 : env_int("HOPPERKIT_MOE_SPLIT", kSplitWaves, 1, kMaxSplit);
   a.allow_split = split_waves;
   // the GEMMs' host-side inputs first: a failure there (occupancy query, tensor-map encoding) throws before
   // any kernel of the op is queued
