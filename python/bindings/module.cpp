@@ -71,6 +71,8 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
   c.max_ctas = static_cast<int>(v[6]);
   c.sm_ctas = static_cast<int>(v[7]);
   c.long_pair_ctas = static_cast<int>(v[12]);
+  HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "plan_cfg",
+           "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
   if (launch) {
     launch->grid_ctas = static_cast<int>(v[8]);
     launch->static_splits = static_cast<int>(v[9]);
@@ -636,5 +638,7 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_ERROR_STALE") = static_cast<int>(decode::kPlanErrorStale);
   m.attr("PLAN_ERROR_QUERY_LOC") = static_cast<int>(decode::kPlanErrorQueryLoc);
   m.attr("PLAN_ERROR_BLOCK_ID") = static_cast<int>(decode::kPlanErrorBlockId);
+  m.attr("PLAN_HEADER_INTS") = static_cast<int>(decode::kPlanHeaderInts);
+  m.attr("PLAN_MAX_SM_SLOTS") = static_cast<int>(decode::kMaxSmSlots);
   m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
 }

@@ -180,20 +180,37 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   int stage = 0;
   uint32_t phase = 0;
 
-  // By SM: the first CTA resident on each SM claims items until none are left; the others have none.
-  bool claimer = false;
+  // By SM: the first CTA resident on each SM claims items until none are left; the others have none. A CTA
+  // that claims nothing more counts itself done; the launch's last one claims whatever is still left (nothing,
+  // unless no CTA became a claimer, e.g. counters a misused plan left behind) and then resets the counters.
+  // Debug bit 4 (tests): only block 0 claims, so one CTA runs every item in sequence.
+  bool claiming = false, counted = false, last_cta = false;
   if (by_sm) {
     int first = 0;
     if (lane == 0) first = atomicAdd(&plan.sm_claims[ptx::sm_id() % kMaxSmSlots], 1) == 0;
-    claimer = __shfl_sync(0xffffffffu, first, 0) != 0;
+    claiming = (a.debug_flags & 4) ? blockIdx.x == 0 : __shfl_sync(0xffffffffu, first, 0) != 0;
   }
   for (;;) {
     if (by_sm) {
-      if (!claimer) break;
+      if (!claiming) {
+        if (counted) break;
+        counted = true;
+        int last = 0;
+        if (lane == 0) {
+          last = ptx::atom_add_acq_rel_gpu(&plan.header[kHdrClaimDone], 1) == static_cast<int>(gridDim.x) - 1;
+        }
+        last_cta = __shfl_sync(0xffffffffu, last, 0) != 0;
+        __syncwarp();  // the other lanes' later accesses ordered after lane 0's acquire
+        if (!last_cta) break;
+        claiming = true;
+      }
       int x = 0;
       if (lane == 0) x = atomicAdd(&plan.header[kHdrClaimNext], 1);
       cta = __shfl_sync(0xffffffffu, x, 0);
-      if (cta >= num_ctas) break;
+      if (cta >= num_ctas) {
+        claiming = false;
+        continue;
+      }
       cta_t0 = plan.cta_tile_start[cta];
       cta_t1 = plan.cta_tile_start[cta + 1];
       cta_first_pair = plan.cta_first_pair[cta];
@@ -342,17 +359,11 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
     }
     if (!by_sm) break;
   }
-  if (by_sm) {  // this CTA claims nothing more: the launch's last CTA to get here resets the claim counters
-    int last = 0;
+  if (last_cta) {  // the launch's last CTA, every item claimed: the counters start the next launch at zero
+    for (int i = lane; i < kMaxSmSlots; i += 32) plan.sm_claims[i] = 0;
     if (lane == 0) {
-      last = ptx::atom_add_acq_rel_gpu(&plan.header[kHdrClaimDone], 1) == static_cast<int>(gridDim.x) - 1;
-    }
-    if (__shfl_sync(0xffffffffu, last, 0)) {
-      for (int i = lane; i < kMaxSmSlots; i += 32) plan.sm_claims[i] = 0;
-      if (lane == 0) {
-        plan.header[kHdrClaimNext] = 0;
-        plan.header[kHdrClaimDone] = 0;
-      }
+      plan.header[kHdrClaimNext] = 0;
+      plan.header[kHdrClaimDone] = 0;
     }
   }
   // ---- no more chunks

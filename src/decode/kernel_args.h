@@ -39,7 +39,8 @@ struct DecodeKernelArgs {
   int64_t lse_stride_token;
   DecodePlanView plan;
   int partial_rows;              // row stride of the plan's partial buffers (config.max_rows)
-  int debug_flags;               // experiments only (env HOPPERKIT_DECODE_DEBUG): 1 skip MMAs, 2 skip merges
+  int debug_flags;               // experiments only (env HOPPERKIT_DECODE_DEBUG): 1 skip MMAs, 2 skip merges (both give
+                                 // wrong results); 4 by-SM plans claimed by block 0 alone (results stay correct)
 };
 
 struct PlanKernelArgs {

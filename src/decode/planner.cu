@@ -3,6 +3,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "common/env_switch.h"
 #include "common/ptx.cuh"
 #include "decode/kernel_args.h"
 #include "decode/plan_limits.h"
@@ -156,10 +157,7 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   const int per_sm = decode_ctas_per_sm(kv_dtype, rows, device);
   // BF16 KV: batches of long pairs run on one CTA per SM (dynamic_cta_cap, heuristics.h). Profiling aid (not for
   // serving): HOPPERKIT_DECODE_LONG_CTAS=0 turns that off.
-  static const bool long_rule = [] {
-    const char* v = std::getenv("HOPPERKIT_DECODE_LONG_CTAS");
-    return !(v && std::atoi(v) == 0);
-  }();
+  static const bool long_rule = env_int("HOPPERKIT_DECODE_LONG_CTAS", 1) != 0;
   const int long_ctas = long_rule && kv_dtype == DType::kBF16 && per_sm >= 2 ? sms : 0;
   return make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode, sms * per_sm,
                                      long_ctas);

@@ -158,11 +158,26 @@ def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
         torch.cuda.synchronize()
         arr = plan.arrays()
         assert int(arr["header"][9].item()) == 0 and int(arr["header"][10].item()) == 0, arr["header"].cpu()
-        assert int(arr["sm_claims"].abs().sum().item()) == 0
+        for key in ("sm_claims", "merge_counters", "slot_counters"):
+            assert int(arr[key].abs().sum().item()) == 0, key
         outs.append(out)
     check(case, outs[0], lse, "by SM " + kind)
     for o in outs[1:]:
         assert torch.equal(o.view(torch.int16), outs[0].view(torch.int16)), "outputs differ between launches"
+
+
+def test_by_sm_one_claimer_runs_every_item():
+    """The by-SM tests again in a subprocess with HOPPERKIT_DECODE_DEBUG=4: only block 0 claims, so one CTA runs
+    all of a plan's items in sequence (read once per process, hence the subprocess)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_DECODE_DEBUG="4", HK_TEST_SEED=str(RUN_SEED))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "by_sm_claims"], env=env, capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    if "3 skipped" in r.stdout:
+        pytest.skip("no plan is claimed by SM on this GPU (one attention CTA per SM)")
+    assert "3 passed" in r.stdout, r.stdout[-2000:]
 
 
 def test_plan_kernel_reuse_across_layers_and_bitwise_determinism():
