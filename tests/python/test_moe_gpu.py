@@ -55,16 +55,23 @@ def make_routing(T, K, E_global, kind, gen):
     return ids.to(torch.int32).contiguous(), w.contiguous()
 
 
+def half_local_expert_map(perm):
+    """EP: the first half of `perm` (a permutation of the global experts) local, numbered in that order; the
+    rest remote (-1). Returns (local experts, expert_map)."""
+    E_global = perm.numel()
+    E = E_global // 2
+    expert_map = torch.full((E_global,), -1, dtype=torch.int32, device="cuda")
+    expert_map[perm[:E]] = torch.arange(E, dtype=torch.int32, device="cuda")
+    return E, expert_map
+
+
 def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=False, shared=False, seed=0,
              check_repeat=False, invalid_ids=False):
     gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + seed)
     expert_map = None
     E = E_global
     if ep:  # half the experts local, an arbitrary subset (not a range)
-        perm = torch.randperm(E_global, generator=gen, device="cuda")
-        E = E_global // 2
-        expert_map = torch.full((E_global,), -1, dtype=torch.int32, device="cuda")
-        expert_map[perm[:E]] = torch.arange(E, dtype=torch.int32, device="cuda")
+        E, expert_map = half_local_expert_map(torch.randperm(E_global, generator=gen, device="cuda"))
     w13, s13, w2, s2 = make_weights(E, H, I, block, gen)
     x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
     ids, tw = make_routing(T, K, E_global, kind, gen)
@@ -261,9 +268,7 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + T + K)
     perm = torch.randperm(E_global, generator=gen, device="cuda")
     perm = torch.cat([perm[perm == 3], perm[perm != 3]])  # the skewed routing's hot expert (3) is local
-    E = E_global // 2
-    expert_map = torch.full((E_global,), -1, dtype=torch.int32, device="cuda")
-    expert_map[perm[:E]] = torch.arange(E, dtype=torch.int32, device="cuda")
+    E, expert_map = half_local_expert_map(perm)
     w13, s13, w2, s2 = make_weights(E, H, I, True, gen)
     x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
     ids, tw = make_routing(T, K, E_global, kind, gen)
