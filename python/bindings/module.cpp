@@ -56,8 +56,8 @@ TensorDesc desc(const Array& a, std::optional<DType> as = std::nullopt) {
 
 // Plan config and launch travel through the torch op as one int list:
 // [max_batch, num_q_heads, num_kv_heads, max_q_len, kv_dtype, mode, max_ctas, sm_ctas,
-//  grid_ctas, static_splits, batch, block_size]
-constexpr size_t kCfgInts = 12;
+//  grid_ctas, static_splits, batch, block_size, long_pair_ctas]
+constexpr size_t kCfgInts = 13;
 
 decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodePlanLaunch* launch = nullptr) {
   HK_CHECK(kShape, v.size() == kCfgInts, "plan_cfg", std::to_string(kCfgInts) + " integers", v.size());
@@ -70,6 +70,9 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
   c.mode = static_cast<decode::PlanMode>(v[5]);
   c.max_ctas = static_cast<int>(v[6]);
   c.sm_ctas = static_cast<int>(v[7]);
+  c.long_pair_ctas = static_cast<int>(v[12]);
+  HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "plan_cfg",
+           "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
   if (launch) {
     launch->grid_ctas = static_cast<int>(v[8]);
     launch->static_splits = static_cast<int>(v[9]);
@@ -82,7 +85,7 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
 std::vector<int64_t> cfg_to(const decode::DecodePlanConfig& c, const decode::DecodePlanLaunch& l) {
   return {c.max_batch, c.num_q_heads, c.num_kv_heads, c.max_q_len, static_cast<int64_t>(c.kv_dtype),
           static_cast<int64_t>(c.mode), c.max_ctas, c.sm_ctas, l.grid_ctas, l.static_splits, l.batch,
-          l.block_size};
+          l.block_size, c.long_pair_ctas};
 }
 
 DType dtype_from_code(int64_t code, const char* arg) {
@@ -151,6 +154,8 @@ nb::dict plan_layout(const std::vector<int64_t>& cfg) {
   d["cta_first_pair"] = l.cta_first_pair;
   d["empty_pairs"] = l.empty_pairs;
   d["merge_counters"] = l.merge_counters;
+  d["slot_counters"] = l.slot_counters;
+  d["sm_claims"] = l.sm_claims;
   d["partial_o"] = l.partial_o;
   d["partial_lse"] = l.partial_lse;
   d["total_bytes"] = l.total_bytes;
@@ -633,5 +638,7 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_ERROR_STALE") = static_cast<int>(decode::kPlanErrorStale);
   m.attr("PLAN_ERROR_QUERY_LOC") = static_cast<int>(decode::kPlanErrorQueryLoc);
   m.attr("PLAN_ERROR_BLOCK_ID") = static_cast<int>(decode::kPlanErrorBlockId);
+  m.attr("PLAN_HEADER_INTS") = static_cast<int>(decode::kPlanHeaderInts);
+  m.attr("PLAN_MAX_SM_SLOTS") = static_cast<int>(decode::kMaxSmSlots);
   m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
 }

@@ -183,9 +183,10 @@ def _plan_arrays(cfg: list[int], ws: torch.Tensor) -> dict:
     lay = _core.call("plan_layout", cfg)
     max_batch, num_kv_heads, max_ctas = cfg[0], cfg[2], cfg[6]
     pairs = max_batch * num_kv_heads
-    sizes = {"header": 8, "pair_tile_start": pairs + 1, "pair_first_slot": pairs, "pair_num_pieces": pairs,
-             "cta_tile_start": max_ctas + 1, "cta_first_pair": max_ctas, "empty_pairs": pairs,
-             "merge_counters": pairs}
+    sizes = {"header": _C.PLAN_HEADER_INTS, "pair_tile_start": pairs + 1, "pair_first_slot": pairs,
+             "pair_num_pieces": pairs, "cta_tile_start": max_ctas + 1, "cta_first_pair": max_ctas,
+             "empty_pairs": pairs, "merge_counters": pairs, "slot_counters": 2 * max_ctas,
+             "sm_claims": _C.PLAN_MAX_SM_SLOTS}
     return {k: ws[lay[k]:lay[k] + 4 * n].view(torch.int32) for k, n in sizes.items()}
 
 

@@ -154,13 +154,15 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   using L = SmemLayout<T>;
   const int lane = threadIdx.x & 31;
   const DecodePlanView& plan = a.plan;
-  const int cta = blockIdx.x;
+  // The work item (a range of the plan's tiles): this CTA's own, or, by SM, each one this CTA claims.
+  int cta = blockIdx.x;
   // one round trip for everything the CTA needs to start (arrays are sized for every launched CTA)
   const int num_ctas = plan.header[kHdrNumCtas];
   const int num_pairs = plan.header[kHdrNumPairs];
-  const int cta_t0 = plan.cta_tile_start[cta];
-  const int cta_t1 = plan.cta_tile_start[cta + 1];
-  const int cta_first_pair = plan.cta_first_pair[cta];
+  const bool by_sm = plan.header[kHdrBySm] != 0;
+  int cta_t0 = plan.cta_tile_start[cta];
+  int cta_t1 = plan.cta_tile_start[cta + 1];
+  int cta_first_pair = plan.cta_first_pair[cta];
   const int H = a.num_kv_heads;
   const int G = a.group;
   const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
@@ -178,7 +180,43 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   int stage = 0;
   uint32_t phase = 0;
 
-  if (cta < num_ctas) {
+  // By SM: the first CTA resident on each SM claims items until none are left; the others have none. A CTA
+  // that claims nothing more counts itself done; the launch's last one claims whatever is still left (nothing,
+  // unless no CTA became a claimer, e.g. counters a misused plan left behind) and then resets the counters.
+  // Debug bit 4 (tests): only block 0 claims, so one CTA runs every item in sequence.
+  bool claiming = false, counted = false, last_cta = false;
+  if (by_sm) {
+    int first = 0;
+    if (lane == 0) first = atomicAdd(&plan.sm_claims[ptx::sm_id() % kMaxSmSlots], 1) == 0;
+    claiming = (a.debug_flags & 4) ? blockIdx.x == 0 : __shfl_sync(0xffffffffu, first, 0) != 0;
+  }
+  for (;;) {
+    if (by_sm) {
+      if (!claiming) {
+        if (counted) break;
+        counted = true;
+        int last = 0;
+        if (lane == 0) {
+          last = ptx::atom_add_acq_rel_gpu(&plan.header[kHdrClaimDone], 1) == static_cast<int>(gridDim.x) - 1;
+        }
+        last_cta = __shfl_sync(0xffffffffu, last, 0) != 0;
+        __syncwarp();  // the other lanes' later accesses ordered after lane 0's acquire
+        if (!last_cta) break;
+        claiming = true;
+      }
+      int x = 0;
+      if (lane == 0) x = atomicAdd(&plan.header[kHdrClaimNext], 1);
+      cta = __shfl_sync(0xffffffffu, x, 0);
+      if (cta >= num_ctas) {
+        claiming = false;
+        continue;
+      }
+      cta_t0 = plan.cta_tile_start[cta];
+      cta_t1 = plan.cta_tile_start[cta + 1];
+      cta_first_pair = plan.cta_first_pair[cta];
+    } else if (cta >= num_ctas) {
+      break;
+    }
     int t = cta_t0;
     const int tend = cta_t1;
     int p = cta_first_pair;
@@ -318,6 +356,14 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
       }
       t = pstart + hi;
       ++p;
+    }
+    if (!by_sm) break;
+  }
+  if (last_cta) {  // the launch's last CTA, every item claimed: the counters start the next launch at zero
+    for (int i = lane; i < kMaxSmSlots; i += 32) plan.sm_claims[i] = 0;
+    if (lane == 0) {
+      plan.header[kHdrClaimNext] = 0;
+      plan.header[kHdrClaimDone] = 0;
     }
   }
   // ---- no more chunks
@@ -1127,6 +1173,11 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
   // finished: everything above touched shared memory only; from here on we read its results.
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
+  // By SM (the plan's kHdrBySm): the first CTA resident on each SM claims the work items, so a plan of at most
+  // one item per SM runs one per SM wherever the grid's blocks were placed. The claim counters live in the plan
+  // workspace; the launch's last CTA resets them (the next launch reads them after its grid_dependency_wait,
+  // i.e. after this grid completed; the planner resets them too).
+  // The producer warp makes the claims and the reset (producer_warp); the consumers only follow its chunks.
   if (threadIdx.x >= kConsumerWarps * 32) {
     producer_warp<T>(&tmap_k, &tmap_v, args, smem, bars, infos);
   } else {

@@ -39,7 +39,8 @@ struct DecodeKernelArgs {
   int64_t lse_stride_token;
   DecodePlanView plan;
   int partial_rows;              // row stride of the plan's partial buffers (config.max_rows)
-  int debug_flags;               // experiments only (env HOPPERKIT_DECODE_DEBUG): 1 skip MMAs, 2 skip merges
+  int debug_flags;               // experiments only (env HOPPERKIT_DECODE_DEBUG): 1 skip MMAs, 2 skip merges (both give
+                                 // wrong results); 4 by-SM plans claimed by block 0 alone (results stay correct)
 };
 
 struct PlanKernelArgs {
@@ -51,6 +52,7 @@ struct PlanKernelArgs {
   int max_blocks_per_seq;
   int mode;                 // PlanMode
   int max_ctas;             // dynamic: CTA cap
+  int long_pair_ctas;       // dynamic: CTA cap for long pairs (dynamic_cta_cap), 0 = none
   int static_splits;        // static: splits per pair
   int static_chunk_tiles;   // static: tiles per split
 };

@@ -31,6 +31,7 @@ DecodePlanLayout decode_plan_layout(const DecodePlanConfig& c) {
   l.empty_pairs = take(pairs * 4);
   l.merge_counters = take(pairs * 4);
   l.slot_counters = take(static_cast<size_t>(c.partial_slots()) * 4);
+  l.sm_claims = take(static_cast<size_t>(kMaxSmSlots) * 4);
   l.partial_o = take(static_cast<size_t>(c.partial_slots()) * c.max_rows() * kHeadDim * 4);
   l.partial_lse = take(static_cast<size_t>(c.partial_slots()) * c.max_rows() * 4);
   l.total_bytes = off;
@@ -50,13 +51,14 @@ DecodePlanView decode_plan_view(const DecodePlanConfig& c, void* workspace) {
   v.empty_pairs = reinterpret_cast<int32_t*>(b + l.empty_pairs);
   v.merge_counters = reinterpret_cast<int32_t*>(b + l.merge_counters);
   v.slot_counters = reinterpret_cast<int32_t*>(b + l.slot_counters);
+  v.sm_claims = reinterpret_cast<int32_t*>(b + l.sm_claims);
   v.partial_o = reinterpret_cast<float*>(b + l.partial_o);
   v.partial_lse = reinterpret_cast<float*>(b + l.partial_lse);
   return v;
 }
 
 DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int num_kv_heads, DType kv_dtype,
-                                             int max_q_len, PlanMode mode, int sm_ctas) {
+                                             int max_q_len, PlanMode mode, int sm_ctas, int long_pair_ctas) {
   HK_CHECK(kValue, max_batch >= 1, "max_batch", ">= 1", max_batch);
   HK_CHECK(kValue, num_kv_heads >= 1, "num_kv_heads", ">= 1", num_kv_heads);
   HK_CHECK(kValue, num_q_heads >= 1 && num_q_heads % num_kv_heads == 0, "num_q_heads",
@@ -70,6 +72,8 @@ DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int
   HK_CHECK(kValue, mode == PlanMode::kDynamic || mode == PlanMode::kStatic, "mode", "dynamic (0) or static (1)",
            static_cast<int>(mode));
   HK_CHECK(kValue, sm_ctas >= 1, "sm_ctas", ">= 1", sm_ctas);
+  HK_CHECK(kValue, long_pair_ctas >= 0 && long_pair_ctas <= sm_ctas, "long_pair_ctas",
+           "0.." + std::to_string(sm_ctas), long_pair_ctas);
   const int64_t pairs = static_cast<int64_t>(max_batch) * num_kv_heads;
   HK_CHECK(kUnsupported, pairs <= kMaxPlanPairs, "max_batch * num_kv_heads", "<= " + std::to_string(kMaxPlanPairs),
            pairs);
@@ -81,6 +85,7 @@ DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int
   c.kv_dtype = kv_dtype;
   c.mode = mode;
   c.sm_ctas = sm_ctas;
+  c.long_pair_ctas = mode == PlanMode::kDynamic ? long_pair_ctas : 0;
   // Static mode: pairs * splits <= pairs + sm_ctas (see static_num_splits).
   c.max_ctas = mode == PlanMode::kDynamic ? sm_ctas : static_cast<int>(pairs) + sm_ctas;
   return c;
@@ -127,7 +132,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   for (int p = 0; p <= P; ++p) v.pair_tile_start[p] = prefix[p];
   int C = 0, S = 1, chunk = 1;
   if (config.mode == PlanMode::kDynamic) {
-    C = dynamic_num_ctas(T, config.max_ctas);
+    C = dynamic_num_ctas(T, dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas));
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);
       v.cta_tile_start[i] = static_cast<int32_t>(b);
@@ -147,6 +152,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   }
   v.cta_tile_start[C] = T;
   for (int i = 0; i < config.partial_slots(); ++i) v.slot_counters[i] = 0;
+  for (int i = 0; i < kMaxSmSlots; ++i) v.sm_claims[i] = 0;
   int num_empty = 0;
   for (int p = 0; p < P; ++p) {
     const int tiles = prefix[p + 1] - prefix[p];
@@ -173,6 +179,10 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   v.header[kHdrNumKvHeads] = H;
   v.header[kHdrErrors] = errors;
   v.header[kHdrMode] = static_cast<int>(config.mode);
+  v.header[kHdrBySm] =
+      config.mode == PlanMode::kDynamic && dynamic_by_sm(T, P, C, config.max_ctas, config.long_pair_ctas) ? 1 : 0;
+  v.header[kHdrClaimNext] = 0;
+  v.header[kHdrClaimDone] = 0;
 }
 
 }  // namespace decode

@@ -3,6 +3,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "common/env_switch.h"
 #include "common/ptx.cuh"
 #include "decode/kernel_args.h"
 #include "decode/plan_limits.h"
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   // ---- CTA ranges
   int C;
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
-    C = dynamic_num_ctas(T, a.max_ctas);
+    C = dynamic_num_ctas(T, dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas));
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   }
   if (tid == 0) v.cta_tile_start[C] = T;
   for (int i = tid; i < 2 * a.max_ctas; i += kPlanThreads) v.slot_counters[i] = 0;
+  for (int i = tid; i < kMaxSmSlots; i += kPlanThreads) v.sm_claims[i] = 0;
 
   // ---- per pair: pieces and the slot of the first piece
   for (int p = tid; p < P; p += kPlanThreads) {
@@ -136,6 +138,10 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     v.header[kHdrNumKvHeads] = H;
     v.header[kHdrErrors] = s_err;
     v.header[kHdrMode] = a.mode;
+    v.header[kHdrBySm] = a.mode == static_cast<int>(PlanMode::kDynamic) &&
+                         dynamic_by_sm(T, P, C, a.max_ctas, a.long_pair_ctas);
+    v.header[kHdrClaimNext] = 0;
+    v.header[kHdrClaimDone] = 0;
   }
 }
 
@@ -149,13 +155,20 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   int sms = 0;
   HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int per_sm = decode_ctas_per_sm(kv_dtype, rows, device);
-  return make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode, sms * per_sm);
+  // BF16 KV: batches of long pairs run on one CTA per SM (dynamic_cta_cap, heuristics.h). Profiling aid (not for
+  // serving): HOPPERKIT_DECODE_LONG_CTAS=0 turns that off.
+  static const bool long_rule = env_int("HOPPERKIT_DECODE_LONG_CTAS", 1) != 0;
+  const int long_ctas = long_rule && kv_dtype == DType::kBF16 && per_sm >= 2 ? sms : 0;
+  return make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode, sms * per_sm,
+                                     long_ctas);
 }
 
 DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   const DecodePlanConfig& c = pp.config;
   HK_CHECK(kValue, c.max_batch >= 1 && c.num_kv_heads >= 1 && c.max_ctas >= 1, "config",
            "a config made by make_decode_plan_config", "max_batch " + std::to_string(c.max_batch));
+  HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "config",
+           "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
   HK_CHECK(kValue, pp.batch >= 0 && pp.batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch),
            pp.batch);
   HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,
@@ -179,6 +192,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   a.max_blocks_per_seq = pp.max_blocks_per_seq;
   a.mode = static_cast<int>(c.mode);
   a.max_ctas = c.max_ctas;
+  a.long_pair_ctas = c.long_pair_ctas;
   a.static_splits = 1;
   a.static_chunk_tiles = 1;
   if (c.mode == PlanMode::kStatic) static_plan_shape(c, pp.batch, pp.max_seq_len, &a.static_splits, &a.static_chunk_tiles);

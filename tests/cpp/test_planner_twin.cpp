@@ -82,8 +82,13 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
   if (p.cfg.mode == PlanMode::kDynamic && C > 0) {
     ASSERT_LE(max_budget - min_budget, 1) << "budgets equal within one tile";
     if (T >= kMinTilesPerCta) ASSERT_GE(min_budget, kMinTilesPerCta) << "minimum work per CTA";
-    ASSERT_EQ(C, dynamic_num_ctas(T, p.cfg.max_ctas));
+    ASSERT_EQ(C, dynamic_num_ctas(T, dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas)));
+    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);
+  } else {
+    ASSERT_EQ(v.header[kHdrBySm], 0);
   }
+  ASSERT_EQ(v.header[kHdrClaimNext], 0);
+  ASSERT_EQ(v.header[kHdrClaimDone], 0);
   // pieces: the CTAs whose range meets each pair; slots unique over all pieces
   std::set<int> slots;
   int empties = 0;
@@ -148,8 +153,9 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     const int max_blocks = (max_len + block_size - 1) / block_size + (rng() % 3);
     const PlanMode mode = (iter % 3 == 0) ? PlanMode::kStatic : PlanMode::kDynamic;
     const int sm_ctas = 1 + rng() % 264;
+    const int long_ctas = iter % 2 ? static_cast<int>(rng() % (sm_ctas + 1)) : 0;
     const DecodePlanConfig cfg =
-        make_decode_plan_config_for(batch + rng() % 8, H * group, H, DType::kBF16, 1, mode, sm_ctas);
+        make_decode_plan_config_for(batch + rng() % 8, H * group, H, DType::kBF16, 1, mode, sm_ctas, long_ctas);
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);
@@ -185,6 +191,31 @@ TEST(PlannerTwin, LongRequestIsSpreadOverAllCtas) {
   const Plan s = make_plan(st, lens, 64, 2048, 131072);
   ASSERT_NO_FATAL_FAILURE(check_invariants(s, lens, 64, 2048));
   EXPECT_EQ(s.v.pair_num_pieces[0], 5);
+}
+
+TEST(PlannerTwin, LongPairsRunOnTheCappedCtas) {
+  // 1 x 128K + 31 x 4K with two CTAs per SM resident and the long-pair cap at one per SM: 132 CTAs, and the
+  // long request in half as many pieces as on 264
+  std::vector<int32_t> lens(32, 4096);
+  lens[0] = 131072;
+  const DecodePlanConfig all = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
+  const DecodePlanConfig cap = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264, 132);
+  const Plan pa = make_plan(all, lens, 64, 2048, 131072);
+  const Plan pc = make_plan(cap, lens, 64, 2048, 131072);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pc, lens, 64, 2048));
+  EXPECT_EQ(pa.v.header[kHdrNumCtas], 264);
+  EXPECT_EQ(pc.v.header[kHdrNumCtas], 132);
+  EXPECT_LT(pc.v.pair_num_pieces[0], pa.v.pair_num_pieces[0]);
+  // short pairs (32 x 128 + 32 x 4K) keep every CTA
+  std::vector<int32_t> mix(64, 4096);
+  for (int i = 0; i < 32; ++i) mix[i] = 128;
+  const DecodePlanConfig cap64 = make_decode_plan_config_for(64, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264, 132);
+  const Plan pm = make_plan(cap64, mix, 64, 64, 4096);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pm, mix, 64, 64));
+  EXPECT_EQ(pm.v.header[kHdrNumCtas], 264);
+  // the cap must fit the config
+  EXPECT_THROW(make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132, 133), Error);
+  EXPECT_THROW(make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132, -1), Error);
 }
 
 TEST(PlannerTwin, EmptyBatchAndAllEmpty) {

@@ -118,6 +118,68 @@ def test_plan_matches_cpu_twin():
                 assert torch.equal(dev[key][:n], twin[key][:n]), (it, mode, key)
 
 
+def test_long_pairs_plan_one_cta_per_sm():
+    """BF16 KV: a batch whose pairs average >= 48 tiles is spread over one CTA per SM (dynamic_cta_cap in
+    heuristics.h); FP8 KV, and BF16 batches of short pairs, keep every resident CTA. A BF16 plan of at most one
+    work item per SM in a larger grid is claimed by SM (header word 8)."""
+    if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS") == "0":
+        pytest.skip("the long-pair cap is switched off (HOPPERKIT_DECODE_LONG_CTAS=0)")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    long_lens = [131072] + [4096] * 31          # 126 tiles per pair
+    short_lens = [128] * 32 + [4096] * 32       # 33 tiles per pair
+    for lens, kv, expect in ((long_lens, BF16, "sms"), (long_lens, FP8, "all"), (short_lens, BF16, "all")):
+        seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        plan = hopperkit.DecodePlan(len(lens), 8, 1, kv_dtype=kv)
+        plan.update(seq, block_size=64, max_blocks_per_seq=2048)
+        hdr = plan.arrays()["header"].cpu()
+        C = int(hdr[0])
+        want = sms if expect == "sms" else plan.sm_ctas
+        assert C == want, (kv, len(lens), C, want, plan.sm_ctas)
+        by_sm = kv == BF16 and expect == "sms" and C < plan.sm_ctas
+        assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
+
+
+@pytest.mark.parametrize("kind", ["mixed", "one_long", "tile_edges"])
+def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
+    """Plans claimed by SM (BF16 batches of long pairs, capped at one work item per SM): the output matches the
+    reference, three launches with one plan agree bit for bit, and every launch leaves the claim counters at
+    zero for the next."""
+    lens = {"mixed": [20000] + [1500] * 7, "one_long": [65537],
+            "tile_edges": [64 * 60 - 1, 64 * 60, 64 * 60 + 1, 1, 64 * 100 + 63]}[kind]
+    case = make_case(lens, seed=_seed("by_sm_" + kind))
+    plan = make_plan(case)
+    hdr = plan.arrays()["header"]
+    if plan._base_cfg[12] == 0 or int(hdr[0].item()) >= plan.sm_ctas:
+        pytest.skip("no claims by SM in this configuration (one attention CTA per SM, or the cap switched off)")
+    assert int(hdr[8].item()) == 1, hdr.cpu()
+    outs = []
+    for _ in range(3):
+        out, lse = run(case, plan)
+        torch.cuda.synchronize()
+        arr = plan.arrays()
+        assert int(arr["header"][9].item()) == 0 and int(arr["header"][10].item()) == 0, arr["header"].cpu()
+        for key in ("sm_claims", "merge_counters", "slot_counters"):
+            assert int(arr[key].abs().sum().item()) == 0, key
+        outs.append(out)
+    check(case, outs[0], lse, "by SM " + kind)
+    for o in outs[1:]:
+        assert torch.equal(o.view(torch.int16), outs[0].view(torch.int16)), "outputs differ between launches"
+
+
+def test_by_sm_one_claimer_runs_every_item():
+    """The by-SM tests again in a subprocess with HOPPERKIT_DECODE_DEBUG=4: only block 0 claims, so one CTA runs
+    all of a plan's items in sequence (read once per process, hence the subprocess)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_DECODE_DEBUG="4", HK_TEST_SEED=str(RUN_SEED))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "by_sm_claims"], env=env, capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    if "3 skipped" in r.stdout:
+        pytest.skip("no plan is claimed by SM on this GPU (one attention CTA per SM)")
+    assert "3 passed" in r.stdout, r.stdout[-2000:]
+
+
 def test_plan_kernel_reuse_across_layers_and_bitwise_determinism():
     case = make_case(_lens("mixed", 40, 21) + [30000], seed=21)
     plan = make_plan(case)

@@ -48,6 +48,36 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas) {
   return static_cast<int>(by_work < max_ctas ? by_work : max_ctas);
 }
 
+// Dynamic mode, BF16 KV: when the pairs average at least this many tiles, the plan spreads them over one CTA
+// per SM instead of every resident CTA (config.long_pair_ctas). Long pairs keep a CTA's pipeline streaming, so
+// the second CTA per SM buys little latency hiding, while halving the CTAs halves the pieces of every split
+// pair and the partials merged at the end. Short pairs lose: each CTA then walks twice as many chunks one
+// after another. Measured on an H200 (session 8, same build, 1 vs 2 CTAs per SM): BF16 0.88-0.97x the time on
+// the scenarios with 64-184 tiles per pair, 1.04-1.14x at 17-33, 1.00x at 8; FP8 KV lost at 64+ (1.09-1.16x).
+constexpr int kLongPairTiles = 48;
+
+// Dynamic mode: the CTA cap for a batch of `num_pairs` pairs holding `total_tiles` tiles: `long_pair_ctas` when
+// that is set (> 0) and the pairs average >= kLongPairTiles tiles, else `max_ctas`.
+HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas) {
+  const bool is_long = long_pair_ctas > 0 && num_pairs > 0 &&
+                       total_tiles >= static_cast<int64_t>(kLongPairTiles) * num_pairs;
+  return is_long && long_pair_ctas < max_ctas ? long_pair_ctas : max_ctas;
+}
+
+// Dynamic mode: whether the attention CTAs claim the plan's C work items by SM (the first CTA resident on an
+// SM claims items until none are left, the others exit): when the long-pair cap applies (C <= long_pair_ctas,
+// the SM count) in a larger grid, so that the items run one per SM wherever the hardware placed the grid's
+// blocks. A plan of C items in a larger grid otherwise runs on blocks 0..C-1, which the block scheduler does
+// not place one per SM (session 8, run 3: the cap alone lost 3-4% on two_32k_30x4k / uniform_4096 where a
+// launched one-per-SM grid won). Measured in session 8 run 6 (BF16): with the claims the cap is 5-11% faster
+// than no cap on the four long-request scenarios and within 1-2% of a launched one-per-SM grid. Short batches
+// (C < SMs because there are few tiles) are not claimed by SM: the claim's extra round trips (SM counter, item
+// counter, item range) cost them 3-4.5% (uniform_512, skewed_extreme) in the same run.
+HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas) {
+  return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
+         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas) == long_pair_ctas;
+}
+
 // Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
 HK_HD int64_t dynamic_cta_begin(int64_t i, int64_t total_tiles, int64_t num_ctas) {
   return (i * total_tiles) / num_ctas;

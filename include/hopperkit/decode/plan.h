@@ -42,8 +42,14 @@ enum PlanHeader : int {
   kHdrNumKvHeads = 5,
   kHdrErrors = 6,      // bit set of PlanError, sticky until the next decode_plan()
   kHdrMode = 7,
-  kPlanHeaderInts = 8,
+  kHdrBySm = 8,        // 1: the attention CTAs claim the plan's work items by SM (one claiming CTA per SM)
+  kHdrClaimNext = 9,   // by SM: next unclaimed work item (reset by the launch's last CTA and by the planner)
+  kHdrClaimDone = 10,  // by SM: CTAs of the launch that finished
+  kPlanHeaderInts = 16,
 };
+
+// Claim counters of the by-SM mode: one per SM id (%smid modulo this).
+constexpr int kMaxSmSlots = 1024;
 
 enum PlanError : int {
   kPlanErrorSeqLenClamped = 1,   // a seq_len was negative or beyond block_table's capacity: clamped
@@ -62,6 +68,7 @@ struct DecodePlanConfig {
   PlanMode mode = PlanMode::kDynamic;
   int max_ctas = 0;      // dynamic: resident CTAs of the attention kernel on this GPU; static: max grid
   int sm_ctas = 0;       // resident attention CTAs on this GPU (both modes)
+  int long_pair_ctas = 0;  // dynamic: CTA cap for batches of long pairs (dynamic_cta_cap); 0 = none
   int max_rows() const { return num_kv_heads > 0 ? max_q_len * (num_q_heads / num_kv_heads) : 0; }
   int max_pairs() const { return max_batch * num_kv_heads; }
   int partial_slots() const { return 2 * max_ctas; }
@@ -78,6 +85,7 @@ struct DecodePlanLayout {
   size_t empty_pairs = 0;      // int32 [max_pairs]      pairs with no tiles
   size_t merge_counters = 0;   // int32 [max_pairs]      pieces (or groups) finished; reset by the merging CTA
   size_t slot_counters = 0;    // int32 [2 * max_ctas]   pieces finished per merge group (keyed by its first slot)
+  size_t sm_claims = 0;        // int32 [kMaxSmSlots]     by SM: CTAs of this launch that started on each SM
   size_t partial_o = 0;        // fp32 [2 * max_ctas, max_rows, 128]   normalised partial outputs
   size_t partial_lse = 0;      // fp32 [2 * max_ctas, max_rows]        their log2-sum-exp2
   size_t total_bytes = 0;
@@ -96,6 +104,7 @@ struct DecodePlanView {
   int32_t* empty_pairs;      // [max_pairs]
   int32_t* merge_counters;   // [max_pairs]
   int32_t* slot_counters;    // [2 * max_ctas]
+  int32_t* sm_claims;        // [kMaxSmSlots]
   float* partial_o;          // [2 * max_ctas, max_rows, 128]
   float* partial_lse;        // [2 * max_ctas, max_rows]
 };
@@ -107,9 +116,10 @@ DecodePlanView decode_plan_view(const DecodePlanConfig& config, void* workspace)
 DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num_kv_heads, DType kv_dtype,
                                          int max_q_len, PlanMode mode, int device);
 
-// Same, with the device's resident attention CTAs given (for CPU tests and twins).
+// Same, with the device's resident attention CTAs given (for CPU tests and twins); long_pair_ctas as in
+// DecodePlanConfig (0..sm_ctas).
 DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int num_kv_heads, DType kv_dtype,
-                                             int max_q_len, PlanMode mode, int sm_ctas);
+                                             int max_q_len, PlanMode mode, int sm_ctas, int long_pair_ctas = 0);
 
 struct DecodePlanParams {
   DecodePlanConfig config;
