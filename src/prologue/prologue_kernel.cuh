@@ -7,9 +7,12 @@
 // vectors whose loads are all issued before any use.
 //
 // What limits it is memory requests in flight, i.e. warps resident: one vector per thread and at least
-// kPrologueMinCtas CTAs per SM (40 registers, 16-28 bytes of spills) against two vectors per thread at 64
-// registers (3 CTAs per SM): 0.72-0.84x the time up to 64 tokens, 0.80-0.97x at 512-32768 tokens (H200, session 8,
-// same-build A/B; 1 vector at 56 registers was 1.11-1.15x at 4096+, at 32 registers with 112 B of spills 1.07x).
+// kPrologueMinCtas CTAs per SM (40 registers) against two vectors per thread at 64 registers (3 CTAs per SM):
+// 0.72-0.84x the time up to 64 tokens, 0.80-0.97x at 512-32768 tokens (H200, session 8, same-build A/B; 1 vector
+// at 56 registers was 1.11-1.15x at 4096+, at 32 registers with 112 B of spills 1.07x). NeoX RoPE keeps cos / sin
+// packed until each product (bf16: 4 + 4 registers, not 16 floats), which cut the spills at 40 registers from
+// 16-28 to 4-8 bytes: 0.95-0.99x the time of the unpacked kernel, geomean 0.975x over 24 points (session 9,
+// same-build A/B); at 8 CTAs per SM (32 registers, 40 B of spills) the packed kernel was 1.08x.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -151,12 +154,32 @@ __device__ __forceinline__ void rope(float (&x)[8], const PrologueArgs& a, int64
 #pragma unroll
     for (int i = 0; i < 8; ++i) xp[i] = __shfl_sync(mask, x[i], src);
     if (rotated) {
+      // cos / sin stay packed until used (bf16: 4 + 4 registers instead of 8 + 8 floats; fp32: two halves)
       const int c0 = first ? e0 : e0 - half;
-      float c[8], s[8];
-      load8(row + static_cast<int64_t>(c0) * es, a.cos_sin_f32, c);
-      load8(row + static_cast<int64_t>(half + c0) * es, a.cos_sin_f32, s);
+      const float sgn = first ? -1.f : 1.f;
+      const uint8_t* cp = row + static_cast<int64_t>(c0) * es;
+      const uint8_t* sp = row + static_cast<int64_t>(half + c0) * es;
+      if (a.cos_sin_f32) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) x[i] = first ? x[i] * c[i] - xp[i] * s[i] : x[i] * c[i] + xp[i] * s[i];
+        for (int hh = 0; hh < 2; ++hh) {
+          const float4 c = *(reinterpret_cast<const float4*>(cp) + hh);
+          const float4 s = *(reinterpret_cast<const float4*>(sp) + hh);
+          const float cv[4] = {c.x, c.y, c.z, c.w}, sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) x[4 * hh + i] = x[4 * hh + i] * cv[i] + sgn * xp[4 * hh + i] * sv[i];
+        }
+      } else {
+        const uint4 cr = *reinterpret_cast<const uint4*>(cp);
+        const uint4 sr = *reinterpret_cast<const uint4*>(sp);
+        const uint32_t cw[4] = {cr.x, cr.y, cr.z, cr.w}, sw[4] = {sr.x, sr.y, sr.z, sr.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float c_lo = __uint_as_float(cw[k] << 16), c_hi = __uint_as_float(cw[k] & 0xffff0000u);
+          const float s_lo = __uint_as_float(sw[k] << 16), s_hi = __uint_as_float(sw[k] & 0xffff0000u);
+          x[2 * k] = x[2 * k] * c_lo + sgn * xp[2 * k] * s_lo;
+          x[2 * k + 1] = x[2 * k + 1] * c_hi + sgn * xp[2 * k + 1] * s_hi;
+        }
+      }
     }
   } else if (e0 < a.rotary_dim) {
     // GPT-J: pairs (2m, 2m + 1) use cos/sin index m
