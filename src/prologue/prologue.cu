@@ -3,10 +3,13 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
+#include "common/env_switch.h"
 #include "hopperkit/error.h"
 #include "hopperkit/prologue/prologue.h"
 #include "prologue/prologue_kernel.cuh"
+#include "prologue/prologue_pair_kernel.cuh"
 
 namespace hopperkit {
 namespace prologue {
@@ -135,11 +138,25 @@ void attention_prologue(const PrologueParams& p) {
   a.div_block = make_fast_div(static_cast<uint32_t>(p.block_size));
   const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
   const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
+  const unsigned grid_pair = static_cast<unsigned>((threads / 2 + kPrologueThreads - 1) / kPrologueThreads);
+  // Measurement build: HOPPERKIT_PROLOGUE_VARIANT=1 runs the one-vector kernel (main), 2 the pair kernel at
+  // kPairMinCtasAlt CTAs per SM; the default is the pair kernel at kPairMinCtas.
+  static const int variant = env_int("HOPPERKIT_PROLOGUE_VARIANT", 0, 0, 2);
+  auto launch = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if (variant == 1) {
+      attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
+    } else if (variant == 2) {
+      attention_prologue_pair_kernel<D, kPairMinCtasAlt><<<grid_pair, kPrologueThreads, 0, p.stream>>>(a);
+    } else {
+      attention_prologue_pair_kernel<D, kPairMinCtas><<<grid_pair, kPrologueThreads, 0, p.stream>>>(a);
+    }
+  };
   // one list of supported head dims; the default branch reports the value (validation catches it first)
   switch (p.head_dim) {
-    case 64: attention_prologue_kernel<64><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
-    case 128: attention_prologue_kernel<128><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
-    case 256: attention_prologue_kernel<256><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    case 64: launch(std::integral_constant<int, 64>{}); break;
+    case 128: launch(std::integral_constant<int, 128>{}); break;
+    case 256: launch(std::integral_constant<int, 256>{}); break;
     default: HK_CHECK(kUnsupported, false, "head_dim", "64, 128 or 256", p.head_dim);
   }
   HK_CHECK_LAUNCH("attention_prologue_kernel");
