@@ -7,6 +7,7 @@
 
 #include "common/env_switch.h"
 #include "hopperkit/error.h"
+#include "hopperkit/prologue/heuristics.h"
 #include "hopperkit/prologue/prologue.h"
 #include "prologue/prologue_kernel.cuh"
 #include "prologue/prologue_pair_kernel.cuh"
@@ -139,17 +140,17 @@ void attention_prologue(const PrologueParams& p) {
   const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
   const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
   const unsigned grid_pair = static_cast<unsigned>((threads / 2 + kPrologueThreads - 1) / kPrologueThreads);
-  // Measurement build: HOPPERKIT_PROLOGUE_VARIANT=1 runs the one-vector kernel (main), 2 the pair kernel at
-  // kPairMinCtasAlt CTAs per SM; the default is the pair kernel at kPairMinCtas.
-  static const int variant = env_int("HOPPERKIT_PROLOGUE_VARIANT", 0, 0, 2);
+  // Profiling and test aid (not for serving): HOPPERKIT_PROLOGUE_KERNEL=one|pair forces a kernel; unset,
+  // use_pair_kernel() in heuristics.h picks by size.
+  static const int forced =
+      env_is("HOPPERKIT_PROLOGUE_KERNEL", "one") ? 1 : (env_is("HOPPERKIT_PROLOGUE_KERNEL", "pair") ? 2 : 0);
+  const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
   auto launch = [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if (variant == 1) {
-      attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
-    } else if (variant == 2) {
-      attention_prologue_pair_kernel<D, kPairMinCtasAlt><<<grid_pair, kPrologueThreads, 0, p.stream>>>(a);
+    if (pair) {
+      attention_prologue_pair_kernel<D><<<grid_pair, kPrologueThreads, 0, p.stream>>>(a);
     } else {
-      attention_prologue_pair_kernel<D, kPairMinCtas><<<grid_pair, kPrologueThreads, 0, p.stream>>>(a);
+      attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
     }
   };
   // one list of supported head dims; the default branch reports the value (validation catches it first)

@@ -16,8 +16,9 @@
 namespace hopperkit {
 namespace prologue {
 
-constexpr int kPairMinCtas = 4;     // resident CTAs per SM asked of the register allocator (64 registers)
-constexpr int kPairMinCtasAlt = 5;  // the measurement build's second choice (48 registers)
+// Resident CTAs per SM asked of the register allocator: 4 is 64 registers and no spills. At 5 (48 registers,
+// 24-72 bytes of spills) it measured 0.95-1.02x the time from 655,360 vectors and 1.04-1.12x below (run 3).
+constexpr int kPairMinCtas = 4;
 
 // cos / sin for 8 rotate-half pairs: x_a = x_a c - x_b s, x_b = x_b c + x_a s (packed until used)
 __device__ __forceinline__ void rope_neox_pair(float (&xa)[8], float (&xb)[8], const uint8_t* cp, const uint8_t* sp,
@@ -79,8 +80,8 @@ __device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
   return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
 }
 
-template <int D, int kMinCtas>
-__global__ void __launch_bounds__(kPrologueThreads, kMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
+template <int D>
+__global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 16;  // threads per head, two vectors each
   static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
   const int lane = threadIdx.x & 31;
