@@ -19,6 +19,7 @@ namespace prologue {
 // Resident CTAs per SM asked of the register allocator: 4 is 64 registers and no spills. At 5 (48 registers,
 // 24-72 bytes of spills) it measured 0.95-1.02x the time from 655,360 vectors and 1.04-1.12x below (run 3).
 constexpr int kPairMinCtas = 4;
+constexpr int kPairLoopMinCtas = 3;  // measurement build: the prefetching loop on a resident grid
 
 // cos / sin for 8 rotate-half pairs: x_a = x_a c - x_b s, x_b = x_b c + x_a s (packed until used)
 __device__ __forceinline__ void rope_neox_pair(float (&xa)[8], float (&xb)[8], const uint8_t* cp, const uint8_t* sp,
@@ -80,30 +81,35 @@ __device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
   return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
 }
 
-template <int D>
-__global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
-  constexpr int TPH = D / 16;  // threads per head, two vectors each
-  static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
-  const int lane = threadIdx.x & 31;
-  const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
-  const int H = a.hq + 2 * a.hkv;
-  const int total = a.num_tokens * H * TPH;  // < 2^31, checked on the host
-  const int g = blockIdx.x * kPrologueThreads + threadIdx.x;
-  if (g >= total) return;  // whole head groups drop out together (total is a multiple of TPH)
-  const int u = threadIdx.x % TPH;
-  const int r16 = a.rotary_dim / 16;
-  const int ca = u < r16 ? u : 2 * r16 + (u - r16);
-  const int cb = u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16);
+// One item: a thread's two vectors of one head of one token, and the token's position and cache slot.
+struct PairItem {
+  uint4 raw_a, raw_b;
+  int64_t p, slot;
+  int t, h;
+};
 
+template <int D>
+__device__ __forceinline__ void load_pair_item(const PrologueArgs& a, int g, int ca, int cb, PairItem& it) {
+  constexpr int TPH = D / 16;
+  const int H = a.hq + 2 * a.hkv;
   const int hv = g / TPH;
-  const int t = static_cast<int>(fast_div(static_cast<uint32_t>(hv), a.div_heads));
-  const int h = hv - t * H;
-  const uint16_t* src = a.qkv + static_cast<int64_t>(t) * a.qkv_stride + h * D;
-  const uint4 raw_a = *reinterpret_cast<const uint4*>(src + ca * 8);
-  const uint4 raw_b = *reinterpret_cast<const uint4*>(src + cb * 8);
-  const int64_t p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
-                                   : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
-  const int64_t slot = h >= a.hq ? a.slot_mapping[t] : -1;
+  it.t = static_cast<int>(fast_div(static_cast<uint32_t>(hv), a.div_heads));
+  it.h = hv - it.t * H;
+  const uint16_t* src = a.qkv + static_cast<int64_t>(it.t) * a.qkv_stride + it.h * D;
+  it.raw_a = *reinterpret_cast<const uint4*>(src + ca * 8);
+  it.raw_b = *reinterpret_cast<const uint4*>(src + cb * 8);
+  it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[it.t]
+                        : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[it.t]);
+  it.slot = it.h >= a.hq ? a.slot_mapping[it.t] : -1;
+}
+
+template <int D>
+__device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const PairItem& it, int u, int ca, int cb,
+                                                  int r16, unsigned mask) {
+  constexpr int TPH = D / 16;
+  const int t = it.t, h = it.h;
+  const int64_t p = it.p, slot = it.slot;
+  const uint4 raw_a = it.raw_a, raw_b = it.raw_b;
   if (p < 0 || p >= a.max_position) {  // untrusted: skip the whole token, count it once
     if (h == 0 && u == 0) atomicAdd(&a.err[kErrPosition], 1);
     return;
@@ -181,6 +187,40 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
   } else {
     *reinterpret_cast<uint4*>(cache + (idx + ca * 8) * 2) = bf16x8(xa);
     *reinterpret_cast<uint4*>(cache + (idx + cb * 8) * 2) = bf16x8(xb);
+  }
+}
+
+// kMinCtas: resident CTAs per SM asked of the register allocator. Each thread walks items g, g + grid size, ...
+// and loads its next item before working on the current one (a full-size grid runs each thread once).
+template <int D, int kMinCtas, bool kLoop>
+__global__ void __launch_bounds__(kPrologueThreads, kMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
+  constexpr int TPH = D / 16;  // threads per head, two vectors each
+  static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
+  const int lane = threadIdx.x & 31;
+  const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
+  const int total = a.num_tokens * (a.hq + 2 * a.hkv) * TPH;  // < 2^30, checked on the host
+  const int stride = gridDim.x * kPrologueThreads;             // a multiple of TPH: head groups stay together
+  int g = blockIdx.x * kPrologueThreads + threadIdx.x;
+  if (g >= total) return;  // whole head groups drop out together (total is a multiple of TPH)
+  const int u = threadIdx.x % TPH;
+  const int r16 = a.rotary_dim / 16;
+  const int ca = u < r16 ? u : 2 * r16 + (u - r16);
+  const int cb = u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16);
+  PairItem cur;
+  load_pair_item<D>(a, g, ca, cb, cur);
+  if (!kLoop) {
+    process_pair_item<D>(a, cur, u, ca, cb, r16, mask);
+    return;
+  }
+  while (true) {
+    const int gn = g + stride;
+    const bool more = gn < total;
+    PairItem next;
+    if (more) load_pair_item<D>(a, gn, ca, cb, next);
+    process_pair_item<D>(a, cur, u, ca, cb, r16, mask);
+    if (!more) break;
+    cur = next;
+    g = gn;
   }
 }
 
