@@ -147,26 +147,17 @@ void attention_prologue(const PrologueParams& p) {
   static const int forced =
       env_is("HOPPERKIT_PROLOGUE_KERNEL", "one") ? 1 : (env_is("HOPPERKIT_PROLOGUE_KERNEL", "pair") ? 2 : 0);
   const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
-  // Measurement build: HOPPERKIT_PROLOGUE_LOOP=0 runs the pair kernel on a full grid at 4 CTAs per SM (session 9
-  // run 4), 2 the prefetching loop on a resident grid at 4 CTAs per SM; default the loop at 3 CTAs per SM.
-  static const int loop = env_int("HOPPERKIT_PROLOGUE_LOOP", 1, 0, 2);
-  static std::atomic<int> resident3[moe::kMaxDevices], resident4[moe::kMaxDevices];
   auto launch = [&](auto d) {
     constexpr int D = decltype(d)::value;
     if (!pair) {
       attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
-    } else if (loop == 0) {
-      attention_prologue_pair_kernel<D, kPairMinCtas, false><<<grid_pair, kPrologueThreads, 0, p.stream>>>(a);
-    } else if (loop == 2) {
-      const int res = moe::resident_ctas(attention_prologue_pair_kernel<D, kPairMinCtas, true>, kPrologueThreads, 0,
-                                         resident4, "attention_prologue_pair_kernel");
-      const unsigned g2 = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
-      attention_prologue_pair_kernel<D, kPairMinCtas, true><<<g2, kPrologueThreads, 0, p.stream>>>(a);
     } else {
-      const int res = moe::resident_ctas(attention_prologue_pair_kernel<D, kPairLoopMinCtas, true>, kPrologueThreads, 0,
-                                         resident3, "attention_prologue_pair_kernel");
-      const unsigned g2 = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
-      attention_prologue_pair_kernel<D, kPairLoopMinCtas, true><<<g2, kPrologueThreads, 0, p.stream>>>(a);
+      // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
+      static std::atomic<int> resident[moe::kMaxDevices] = {};
+      const int res = moe::resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident,
+                                         "attention_prologue_pair_kernel");
+      const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
+      attention_prologue_pair_kernel<D><<<g, kPrologueThreads, 0, p.stream>>>(a);
     }
   };
   // one list of supported head dims; the default branch reports the value (validation catches it first)

@@ -16,10 +16,14 @@
 namespace hopperkit {
 namespace prologue {
 
-// Resident CTAs per SM asked of the register allocator: 4 is 64 registers and no spills. At 5 (48 registers,
-// 24-72 bytes of spills) it measured 0.95-1.02x the time from 655,360 vectors and 1.04-1.12x below (run 3).
-constexpr int kPairMinCtas = 4;
-constexpr int kPairLoopMinCtas = 3;  // measurement build: the prefetching loop on a resident grid
+// Resident CTAs per SM asked of the register allocator: 3 (79 registers, no spills). Each thread walks its items
+// g, g + grid size, ... over one resident wave and loads the next item before working on the current one. H200,
+// session 9, same-build A/B (run 6) against one item per thread on a full grid at 4 CTAs per SM (64 registers,
+// run 4's kernel): 0.82-0.85x the time for bf16 at 4096-32768 tokens (hy3_full 32768: 433 -> 353 us, 90% of copy
+// bandwidth), 0.89-0.96x for fp8, 0.88 / 0.92x at hy3_full 512 tokens; the loop at 4 CTAs per SM (64 registers,
+// 36 B of spills) gained only 0.92-1.04x. Against one vector per thread (prologue_kernel.cuh), the full-grid pair
+// kernel was 0.76-0.94x from 655,360 vectors and 1.03-1.15x at 81,920 and below (run 3): heuristics.h.
+constexpr int kPairMinCtas = 3;
 
 // cos / sin for 8 rotate-half pairs: x_a = x_a c - x_b s, x_b = x_b c + x_a s (packed until used)
 __device__ __forceinline__ void rope_neox_pair(float (&xa)[8], float (&xb)[8], const uint8_t* cp, const uint8_t* sp,
@@ -190,10 +194,8 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   }
 }
 
-// kMinCtas: resident CTAs per SM asked of the register allocator. Each thread walks items g, g + grid size, ...
-// and loads its next item before working on the current one (a full-size grid runs each thread once).
-template <int D, int kMinCtas, bool kLoop>
-__global__ void __launch_bounds__(kPrologueThreads, kMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
+template <int D>
+__global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 16;  // threads per head, two vectors each
   static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
   const int lane = threadIdx.x & 31;
@@ -208,10 +210,6 @@ __global__ void __launch_bounds__(kPrologueThreads, kMinCtas) attention_prologue
   const int cb = u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16);
   PairItem cur;
   load_pair_item<D>(a, g, ca, cb, cur);
-  if (!kLoop) {
-    process_pair_item<D>(a, cur, u, ca, cb, r16, mask);
-    return;
-  }
   while (true) {
     const int gn = g + stride;
     const bool more = gn < total;
