@@ -1,12 +1,18 @@
 // hopperkit fused attention prologue: validation, dispatch over head dims, launch.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
+#include "common/env_switch.h"
 #include "hopperkit/error.h"
+#include "hopperkit/prologue/heuristics.h"
 #include "hopperkit/prologue/prologue.h"
 #include "prologue/prologue_kernel.cuh"
+#include "prologue/prologue_pair_kernel.cuh"
+#include "moe/resident_ctas.h"
 
 namespace hopperkit {
 namespace prologue {
@@ -135,11 +141,30 @@ void attention_prologue(const PrologueParams& p) {
   a.div_block = make_fast_div(static_cast<uint32_t>(p.block_size));
   const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
   const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
+  const unsigned grid_pair = static_cast<unsigned>((threads / 2 + kPrologueThreads - 1) / kPrologueThreads);
+  // Profiling and test aid (not for serving): HOPPERKIT_PROLOGUE_KERNEL=one|pair forces a kernel; unset,
+  // use_pair_kernel() in heuristics.h picks by size.
+  static const int forced =
+      env_is("HOPPERKIT_PROLOGUE_KERNEL", "one") ? 1 : (env_is("HOPPERKIT_PROLOGUE_KERNEL", "pair") ? 2 : 0);
+  const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
+  auto launch = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if (!pair) {
+      attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
+    } else {
+      // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
+      static std::atomic<int> resident[moe::kMaxDevices] = {};
+      const int res = moe::resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident,
+                                         "attention_prologue_pair_kernel");
+      const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
+      attention_prologue_pair_kernel<D><<<g, kPrologueThreads, 0, p.stream>>>(a);
+    }
+  };
   // one list of supported head dims; the default branch reports the value (validation catches it first)
   switch (p.head_dim) {
-    case 64: attention_prologue_kernel<64><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
-    case 128: attention_prologue_kernel<128><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
-    case 256: attention_prologue_kernel<256><<<grid, kPrologueThreads, 0, p.stream>>>(a); break;
+    case 64: launch(std::integral_constant<int, 64>{}); break;
+    case 128: launch(std::integral_constant<int, 128>{}); break;
+    case 256: launch(std::integral_constant<int, 256>{}); break;
     default: HK_CHECK(kUnsupported, false, "head_dim", "64, 128 or 256", p.head_dim);
   }
   HK_CHECK_LAUNCH("attention_prologue_kernel");

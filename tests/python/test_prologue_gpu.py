@@ -147,7 +147,29 @@ def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
     run_case(T=T, hq=hq, hkv=hkv, d=d, is_neox=is_neox, rot=rot, pad=T // 7, seed=T)
 
 
-@pytest.mark.parametrize("T", [10, 2501])
+# HOPPERKIT_PROLOGUE_KERNEL (read once per process): "one" forces the one-vector kernel, "pair" the pair kernel;
+# unset, use_pair_kernel() in include/hopperkit/prologue/heuristics.h picks by size (the pair kernel from 2^18
+# vectors: most cases here are below; three of test_launch_shapes and the 2801-token untrusted case are above).
+FORCED_SUBSET = ("styles_orders or partial_rotary or dtypes_layouts or int32_positions or launch_shapes or "
+                 "untrusted_indices_small")
+
+
+@pytest.mark.parametrize("kernel", ["one", "pair"])
+def test_each_kernel_forced(kernel):
+    """Both prologue kernels on every shape of the subset, whatever their size: the tests again in a subprocess
+    with HOPPERKIT_PROLOGUE_KERNEL set (same seed; a failure replays with HK_TEST_SEED)."""
+    if os.environ.get("HOPPERKIT_PROLOGUE_KERNEL"):
+        pytest.skip("already inside a forced run")
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_PROLOGUE_KERNEL=kernel, HK_TEST_SEED=str(RUN_SEED))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        FORCED_SUBSET], env=env, capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("T", [10, 2801])
 def test_untrusted_indices_small_and_large(T):
     hq, hkv, d, bs = 4, 1, 128, 16
     qkv = torch.randn(T, (hq + 2 * hkv) * d, device="cuda").to(BF16)
