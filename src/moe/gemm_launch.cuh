@@ -11,7 +11,7 @@
 #include "hopperkit/error.h"
 #include "moe/grouped_gemm.cuh"
 #include "moe/launch.h"
-#include "moe/resident_ctas.h"
+#include "common/resident_ctas.h"
 
 namespace hopperkit {
 namespace moe {

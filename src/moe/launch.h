@@ -11,8 +11,6 @@
 namespace hopperkit {
 namespace moe {
 
-constexpr int kMaxDevices = 64;  // per-device launch caches (resident CTAs) hold this many devices
-
 // Kernel 1: routing index (one CTA) and, for a bf16 input, its FP8 quantisation (the other CTAs).
 void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream);
 // A grouped-GEMM launch's host-side inputs, prepared (and checked) before the op queues any kernel.

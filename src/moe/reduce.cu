@@ -7,7 +7,7 @@
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
 #include "moe/launch.h"
-#include "moe/resident_ctas.h"
+#include "common/resident_ctas.h"
 
 namespace hopperkit {
 namespace moe {

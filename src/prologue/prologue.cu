@@ -7,12 +7,12 @@
 #include <type_traits>
 
 #include "common/env_switch.h"
+#include "common/resident_ctas.h"
 #include "hopperkit/error.h"
 #include "hopperkit/prologue/heuristics.h"
 #include "hopperkit/prologue/prologue.h"
 #include "prologue/prologue_kernel.cuh"
 #include "prologue/prologue_pair_kernel.cuh"
-#include "moe/resident_ctas.h"
 
 namespace hopperkit {
 namespace prologue {
@@ -153,8 +153,8 @@ void attention_prologue(const PrologueParams& p) {
       attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
     } else {
       // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
-      static std::atomic<int> resident[moe::kMaxDevices] = {};
-      const int res = moe::resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident,
+      static std::atomic<int> resident[kMaxDevices] = {};
+      const int res = resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident,
                                          "attention_prologue_pair_kernel");
       const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
       attention_prologue_pair_kernel<D><<<g, kPrologueThreads, 0, p.stream>>>(a);

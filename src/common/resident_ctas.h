@@ -1,4 +1,4 @@
-// hopperkit fused FP8 MoE: the size of a persistent grid (host only).
+// The size of a persistent grid (host only): the MoE GEMMs and reduce, the prologue's pair kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -6,10 +6,10 @@
 #include <atomic>
 
 #include "hopperkit/error.h"
-#include "moe/launch.h"
 
 namespace hopperkit {
-namespace moe {
+
+constexpr int kMaxDevices = 64;  // per-device launch caches (resident CTAs) hold this many devices
 
 // CTAs of `kernel` resident at once on the current device (occupancy per SM x SMs), measured on the first call
 // per device and kept in `cache` (one per kernel; threads racing on the first call store the same value).
@@ -35,5 +35,4 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (
   return res;
 }
 
-}  // namespace moe
 }  // namespace hopperkit
