@@ -137,6 +137,94 @@ __device__ __forceinline__ void rms_norm(float (&x)[8], const void* w, int w_f32
   for (int i = 0; i < 8; ++i) x[i] = x[i] * r * wv[i];
 }
 
+// the 8 values x[0..7] as fp8 codes of x * inv (8 bytes) or as bf16 (16 bytes)
+__device__ __forceinline__ uint2 fp8x8(const float (&x)[8], float inv) {
+  uint2 q8;
+  q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
+         (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
+  q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
+         (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
+  return q8;
+}
+
+__device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
+  return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+}
+
+// NeoX: f(i, cos_i, sin_i) for the 8 cos / sin values at cp / sp (fp32 or bf16), kept packed until each use
+template <class F>
+__device__ __forceinline__ void for_cos_sin8(const uint8_t* cp, const uint8_t* sp, int f32, F&& f) {
+  if (f32) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float4 c = *(reinterpret_cast<const float4*>(cp) + hh);
+      const float4 s = *(reinterpret_cast<const float4*>(sp) + hh);
+      const float cv[4] = {c.x, c.y, c.z, c.w}, sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f(4 * hh + i, cv[i], sv[i]);
+    }
+  } else {
+    const uint4 cr = *reinterpret_cast<const uint4*>(cp);
+    const uint4 sr = *reinterpret_cast<const uint4*>(sp);
+    const uint32_t cw[4] = {cr.x, cr.y, cr.z, cr.w}, sw[4] = {sr.x, sr.y, sr.z, sr.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      f(2 * k, __uint_as_float(cw[k] << 16), __uint_as_float(sw[k] << 16));
+      f(2 * k + 1, __uint_as_float(cw[k] & 0xffff0000u), __uint_as_float(sw[k] & 0xffff0000u));
+    }
+  }
+}
+
+// GPT-J RoPE on one vector at chunk c (elements 8c .. 8c + 7; pairs (2m, 2m + 1) use cos / sin index 4c + m)
+__device__ __forceinline__ void rope_gptj_vec(float (&x)[8], const uint8_t* row, int es, int half, int c, int f32) {
+  float cv[4], sv[4];
+  load4(row + static_cast<int64_t>(c * 4) * es, f32, cv);
+  load4(row + static_cast<int64_t>(half + c * 4) * es, f32, sv);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const float x0 = x[2 * m], x1 = x[2 * m + 1];
+    x[2 * m] = x0 * cv[m] - x1 * sv[m];
+    x[2 * m + 1] = x1 * cv[m] + x0 * sv[m];
+  }
+}
+
+// Where head h's K or V row of cache slot `slot` goes. False: nothing to write (a padding token, or a slot
+// outside the cache: counted once per token, by the lane with count_lane set of the first K head).
+struct KvDst {
+  uint8_t* cache;  // k_cache or v_cache
+  int64_t idx;     // element index of the row
+  float inv;       // fp8: 1 / the cache's scale
+};
+__device__ __forceinline__ bool kv_destination(const PrologueArgs& a, int h, int64_t slot, bool count_lane,
+                                               KvDst& d) {
+  if (slot == -1) return false;  // padding token
+  if (slot < 0 || slot >= a.num_slots) {
+    if (h == a.hq && count_lane) atomicAdd(&a.err[kErrSlot], 1);
+    return false;
+  }
+  const int blk = static_cast<int>(fast_div(static_cast<uint32_t>(slot), a.div_block));
+  const int off = static_cast<int>(slot) - blk * a.block_size;
+  const bool is_k = h < a.hq + a.hkv;
+  const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
+  d.idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
+               : blk * a.vs_block + off * a.vs_token + head * a.vs_head;
+  d.cache = is_k ? a.k_cache : a.v_cache;
+  d.inv = 1.f;
+  if (a.kv_fp8) {
+    const float* sp = is_k ? a.k_scale : a.v_scale;
+    if (sp != nullptr) d.inv = 1.f / *sp;
+  }
+  return true;
+}
+// vector x at chunk c of the row
+__device__ __forceinline__ void store_kv(const PrologueArgs& a, const KvDst& d, int c, const float (&x)[8]) {
+  if (a.kv_fp8) {
+    *reinterpret_cast<uint2*>(d.cache + d.idx + c * 8) = fp8x8(x, d.inv);
+  } else {
+    *reinterpret_cast<uint4*>(d.cache + (d.idx + c * 8) * 2) = bf16x8(x);
+  }
+}
+
 template <int TPH>
 __device__ __forceinline__ void rope(float (&x)[8], const PrologueArgs& a, int64_t pos, int j, int lane,
                                      unsigned mask) {
@@ -157,41 +245,11 @@ __device__ __forceinline__ void rope(float (&x)[8], const PrologueArgs& a, int64
       // cos / sin stay packed until used (bf16: 4 + 4 registers instead of 8 + 8 floats; fp32: two halves)
       const int c0 = first ? e0 : e0 - half;
       const float sgn = first ? -1.f : 1.f;
-      const uint8_t* cp = row + static_cast<int64_t>(c0) * es;
-      const uint8_t* sp = row + static_cast<int64_t>(half + c0) * es;
-      if (a.cos_sin_f32) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float4 c = *(reinterpret_cast<const float4*>(cp) + hh);
-          const float4 s = *(reinterpret_cast<const float4*>(sp) + hh);
-          const float cv[4] = {c.x, c.y, c.z, c.w}, sv[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i) x[4 * hh + i] = x[4 * hh + i] * cv[i] + sgn * xp[4 * hh + i] * sv[i];
-        }
-      } else {
-        const uint4 cr = *reinterpret_cast<const uint4*>(cp);
-        const uint4 sr = *reinterpret_cast<const uint4*>(sp);
-        const uint32_t cw[4] = {cr.x, cr.y, cr.z, cr.w}, sw[4] = {sr.x, sr.y, sr.z, sr.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float c_lo = __uint_as_float(cw[k] << 16), c_hi = __uint_as_float(cw[k] & 0xffff0000u);
-          const float s_lo = __uint_as_float(sw[k] << 16), s_hi = __uint_as_float(sw[k] & 0xffff0000u);
-          x[2 * k] = x[2 * k] * c_lo + sgn * xp[2 * k] * s_lo;
-          x[2 * k + 1] = x[2 * k + 1] * c_hi + sgn * xp[2 * k + 1] * s_hi;
-        }
-      }
+      for_cos_sin8(row + static_cast<int64_t>(c0) * es, row + static_cast<int64_t>(half + c0) * es, a.cos_sin_f32,
+                   [&](int i, float c, float s) { x[i] = x[i] * c + sgn * xp[i] * s; });
     }
   } else if (e0 < a.rotary_dim) {
-    // GPT-J: pairs (2m, 2m + 1) use cos/sin index m
-    float c[4], s[4];
-    load4(row + static_cast<int64_t>(e0 / 2) * es, a.cos_sin_f32, c);
-    load4(row + static_cast<int64_t>(half + e0 / 2) * es, a.cos_sin_f32, s);
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const float x0 = x[2 * m], x1 = x[2 * m + 1];
-      x[2 * m] = x0 * c[m] - x1 * s[m];
-      x[2 * m + 1] = x1 * c[m] + x0 * s[m];
-    }
+    rope_gptj_vec(x, row, es, half, j, a.cos_sin_f32);  // GPT-J: pairs (2m, 2m + 1) use cos / sin index m
   }
 }
 
@@ -259,45 +317,15 @@ __global__ void __launch_bounds__(kPrologueThreads, kPrologueMinCtas) attention_
         amax = group_max<TPH>(amax, mask);
         const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
         const float inv = 1.f / scale;  // one division per lane, not eight (this kernel is issue-bound)
-        uint2 q8;
-        q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
-               (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
-        q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
-               (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
-        *reinterpret_cast<uint2*>(dst) = q8;
+        *reinterpret_cast<uint2*>(dst) = fp8x8(x, inv);
         if (j == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
       } else {
-        *reinterpret_cast<uint4*>(dst) =
-            make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+        *reinterpret_cast<uint4*>(dst) = bf16x8(x);
       }
       continue;
     }
-    const int64_t slot = slot_of[it];
-    if (slot == -1) continue;  // padding token
-    if (slot < 0 || slot >= a.num_slots) {
-      if (h == a.hq && j == 0) atomicAdd(&a.err[kErrSlot], 1);
-      continue;
-    }
-    const int blk = static_cast<int>(fast_div(static_cast<uint32_t>(slot), a.div_block));
-    const int off = static_cast<int>(slot) - blk * a.block_size;
-    const bool is_k = kind == 1;
-    const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
-    const int64_t idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
-                             : blk * a.vs_block + off * a.vs_token + head * a.vs_head;
-    uint8_t* cache = is_k ? a.k_cache : a.v_cache;
-    if (a.kv_fp8) {
-      const float* sp = is_k ? a.k_scale : a.v_scale;
-      const float inv = sp != nullptr ? 1.f / *sp : 1.f;
-      uint2 q8;
-      q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
-             (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
-      q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
-             (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
-      *reinterpret_cast<uint2*>(cache + idx + j * 8) = q8;
-    } else {
-      *reinterpret_cast<uint4*>(cache + (idx + j * 8) * 2) =
-          make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
-    }
+    KvDst d;
+    if (kv_destination(a, h, slot_of[it], j == 0, d)) store_kv(a, d, j, x);
   }
 }
 

@@ -16,7 +16,7 @@
 namespace hopperkit {
 namespace prologue {
 
-// Resident CTAs per SM asked of the register allocator: 3 (79 registers, no spills). Each thread walks its items
+// Resident CTAs per SM asked of the register allocator: 3 (77 registers, no spills). Each thread walks its items
 // g, g + grid size, ... over one resident wave and loads the next item before working on the current one. H200,
 // session 9, same-build A/B (run 6) against one item per thread on a full grid at 4 CTAs per SM (64 registers,
 // run 4's kernel): 0.82-0.85x the time for bf16 at 4096-32768 tokens (hy3_full 32768: 433 -> 353 us, 90% of copy
@@ -25,64 +25,14 @@ namespace prologue {
 // kernel was 0.76-0.94x from 655,360 vectors and 1.03-1.15x at 81,920 and below (run 3): heuristics.h.
 constexpr int kPairMinCtas = 3;
 
-// cos / sin for 8 rotate-half pairs: x_a = x_a c - x_b s, x_b = x_b c + x_a s (packed until used)
+// NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s
 __device__ __forceinline__ void rope_neox_pair(float (&xa)[8], float (&xb)[8], const uint8_t* cp, const uint8_t* sp,
                                                int f32) {
-  if (f32) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float4 c = *(reinterpret_cast<const float4*>(cp) + hh);
-      const float4 s = *(reinterpret_cast<const float4*>(sp) + hh);
-      const float cv[4] = {c.x, c.y, c.z, c.w}, sv[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float a0 = xa[4 * hh + i], b0 = xb[4 * hh + i];
-        xa[4 * hh + i] = a0 * cv[i] - b0 * sv[i];
-        xb[4 * hh + i] = b0 * cv[i] + a0 * sv[i];
-      }
-    }
-  } else {
-    const uint4 cr = *reinterpret_cast<const uint4*>(cp);
-    const uint4 sr = *reinterpret_cast<const uint4*>(sp);
-    const uint32_t cw[4] = {cr.x, cr.y, cr.z, cr.w}, sw[4] = {sr.x, sr.y, sr.z, sr.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const float c = __uint_as_float(hi ? (cw[k] & 0xffff0000u) : (cw[k] << 16));
-        const float s = __uint_as_float(hi ? (sw[k] & 0xffff0000u) : (sw[k] << 16));
-        const float a0 = xa[2 * k + hi], b0 = xb[2 * k + hi];
-        xa[2 * k + hi] = a0 * c - b0 * s;
-        xb[2 * k + hi] = b0 * c + a0 * s;
-      }
-    }
-  }
-}
-
-// GPT-J RoPE on one vector at chunk c (elements 8c .. 8c + 7; pairs (2m, 2m + 1) use cos / sin index m)
-__device__ __forceinline__ void rope_gptj_vec(float (&x)[8], const uint8_t* row, int es, int half, int c, int f32) {
-  float cv[4], sv[4];
-  load4(row + static_cast<int64_t>(c * 4) * es, f32, cv);
-  load4(row + static_cast<int64_t>(half + c * 4) * es, f32, sv);
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const float x0 = x[2 * m], x1 = x[2 * m + 1];
-    x[2 * m] = x0 * cv[m] - x1 * sv[m];
-    x[2 * m + 1] = x1 * cv[m] + x0 * sv[m];
-  }
-}
-
-__device__ __forceinline__ uint2 fp8x8(const float (&x)[8], float inv) {
-  uint2 q8;
-  q8.x = static_cast<uint32_t>(pack_fp8x2(x[0] * inv, x[1] * inv)) |
-         (static_cast<uint32_t>(pack_fp8x2(x[2] * inv, x[3] * inv)) << 16);
-  q8.y = static_cast<uint32_t>(pack_fp8x2(x[4] * inv, x[5] * inv)) |
-         (static_cast<uint32_t>(pack_fp8x2(x[6] * inv, x[7] * inv)) << 16);
-  return q8;
-}
-
-__device__ __forceinline__ uint4 bf16x8(const float (&x)[8]) {
-  return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+  for_cos_sin8(cp, sp, f32, [&](int i, float c, float s) {
+    const float a0 = xa[i], b0 = xb[i];
+    xa[i] = a0 * c - b0 * s;
+    xb[i] = b0 * c + a0 * s;
+  });
 }
 
 // One item: a thread's two vectors of one head of one token, and the token's position and cache slot.
@@ -171,27 +121,10 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     }
     return;
   }
-  if (slot == -1) return;  // padding token
-  if (slot < 0 || slot >= a.num_slots) {
-    if (h == a.hq && u == 0) atomicAdd(&a.err[kErrSlot], 1);
-    return;
-  }
-  const int blk = static_cast<int>(fast_div(static_cast<uint32_t>(slot), a.div_block));
-  const int off = static_cast<int>(slot) - blk * a.block_size;
-  const bool is_k = kind == 1;
-  const int head = is_k ? h - a.hq : h - a.hq - a.hkv;
-  const int64_t idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
-                           : blk * a.vs_block + off * a.vs_token + head * a.vs_head;
-  uint8_t* cache = is_k ? a.k_cache : a.v_cache;
-  if (a.kv_fp8) {
-    const float* sp = is_k ? a.k_scale : a.v_scale;
-    const float inv = sp != nullptr ? 1.f / *sp : 1.f;
-    *reinterpret_cast<uint2*>(cache + idx + ca * 8) = fp8x8(xa, inv);
-    *reinterpret_cast<uint2*>(cache + idx + cb * 8) = fp8x8(xb, inv);
-  } else {
-    *reinterpret_cast<uint4*>(cache + (idx + ca * 8) * 2) = bf16x8(xa);
-    *reinterpret_cast<uint4*>(cache + (idx + cb * 8) * 2) = bf16x8(xb);
-  }
+  KvDst d;
+  if (!kv_destination(a, h, slot, u == 0, d)) return;
+  store_kv(a, d, ca, xa);
+  store_kv(a, d, cb, xb);
 }
 
 template <int D>
