@@ -154,8 +154,8 @@ void attention_prologue(const PrologueParams& p) {
     } else {
       // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
       static std::atomic<int> resident[kMaxDevices] = {};
-      const int res = resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident,
-                                         "attention_prologue_pair_kernel");
+      const int res =
+          resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident, "attention_prologue_pair_kernel");
       const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
       attention_prologue_pair_kernel<D><<<g, kPrologueThreads, 0, p.stream>>>(a);
     }
