@@ -342,13 +342,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     } else if constexpr (kEarlyEpilogue) {
       tile = a.tiles[(item / S) % num_tiles];
     }
-    float out_scale = 1.f, a2 = 1.f;
+    // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
+    // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
+    float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
-        out_scale = kGateUp ? __ldg(a.a_in_scale) * __ldg(a.w13_scale + tile.x)
-                            : __ldg(a.a2_scale) * __ldg(a.w2_scale + tile.x);
+        scale_x = __ldg(kGateUp ? a.a_in_scale : a.a2_scale);
+        scale_w = __ldg((kGateUp ? a.w13_scale : a.w2_scale) + tile.x);
         if (kGateUp) a2 = __ldg(a.a2_scale);  // per-tensor: act = h / a2_scale
       }
       if constexpr (C::kStagedOut) {
@@ -597,9 +599,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
         __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid, acc[mt][nt][i]);
       });
-      __threadfence();
+      // one acquire-release atomic per CTA after the barrier publishes every consumer's partials (ordered before
+      // it by the bar.sync) and, for the last slice, acquires the other slices' (shared with its threads by the
+      // next bar.sync); it replaces a sequentially consistent fence in every thread on both sides
       consumer_sync();
-      if (tid == 0) s_last_slice = atomicAdd(a.split_counters + task, 1) == S - 1;
+      if (tid == 0) s_last_slice = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == S - 1;
       consumer_sync();
       const bool last = s_last_slice;
       consumer_sync();  // everyone has read the flag before the next item may overwrite it
@@ -607,7 +611,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         zero_acc();
         continue;
       }
-      __threadfence();
       zero_acc();
       for (int sl = 0; sl < S; ++sl) {
         const float* part = a.split_partials + static_cast<int64_t>(task * S + sl) * kVals * C::kConsumerThreads;
@@ -621,6 +624,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       tile = a.tiles[task % num_tiles];
       load_epilogue_inputs();
     }
+    if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
     const int n0 = (task / num_tiles) * cols_per_task;
     if (kGateUp) {
