@@ -336,6 +336,19 @@ def run_impl(impl, case: PCase, refs: dict, base: dict, replays, warmup) -> dict
     return row
 
 
+def same_bytes_copy_us(total_bytes: int, n_sets: int, replays, warmup) -> float:
+    """An elementwise copy kernel (dst = src * 1, the copy ceiling's kernel) moving the case's bytes (half read,
+    half written), over n_sets rotated buffer pairs as the impls rotate theirs: what a memory-bound kernel of this
+    size reaches, launch and ramp included. It shows how much of a gap to the floor is the size, not the kernel."""
+    n = max(1, total_bytes // 4)  # bf16 elements read (and as many written)
+    pairs = [(torch.randn(n, dtype=torch.bfloat16, device=DEVICE), torch.empty(n, dtype=torch.bfloat16, device=DEVICE))
+             for _ in range(n_sets)]
+    fns = [lambda s=s, d=d: torch.mul(s, 1, out=d) for s, d in pairs]
+    for fn in fns:
+        fn()
+    return common.time_graph(fns, replays, warmup)
+
+
 def run_section1(args, ceilings, prog, rows, replays, warmup, cos_sin, flush=lambda: None):
     for name in args.cases:
         hq, hkv, d = CASES[name]
@@ -346,6 +359,11 @@ def run_section1(args, ceilings, prog, rows, replays, warmup, cos_sin, flush=lam
                 n_sets = n_sets_for(tokens, hq, hkv, d, dt)
                 base = {"case": name, "tokens": tokens, "dtype": dt, "floor_us": floor_us, "bytes": nb["total"],
                         "n_rotate": n_sets, "n_valid": tokens - n_padding(tokens), "cache_layout": args.cache_layout}
+                try:
+                    base["same_bytes_copy_us"] = same_bytes_copy_us(nb["total"], n_sets, replays, warmup)
+                except Exception as e:  # noqa: BLE001 - a reference measurement, not an impl
+                    prog.write(f"{name} T={tokens} {dt}: the same-bytes copy failed: {_error(e)}")
+                common.free_cuda()
                 case, refs = None, {}
                 try:
                     case = make_case(name, tokens, dt, n_sets, DEVICE, cos_sin, layout=args.cache_layout)
@@ -560,7 +578,8 @@ def report(rows, impls, title) -> str:
     if not keys:
         return f"{title}: no rows"
     peers = [i for i in impls if i != "hopperkit"] if "hopperkit" in impls else []
-    headers = ["case", "tokens", "dtype", "MB", "floor"] + [h for i in impls for h in (SHORT[i], f"{SHORT[i]}/fl")]
+    headers = ["case", "tokens", "dtype", "MB", "floor", "copy"]
+    headers += [h for i in impls for h in (SHORT[i], f"{SHORT[i]}/fl")]
     headers += [f"{SHORT[p]}/hk" for p in peers]
     table = []
     for key in keys:
@@ -568,7 +587,8 @@ def report(rows, impls, title) -> str:
         any_row = next(iter(by.values()))
         floor = any_row.get("floor_us")
         us = {i: by.get(i, {}).get("us") for i in impls}
-        line = [key[0], key[1], key[2], fmt(any_row.get("bytes", 0) / 1e6, ".2f"), fmt(floor, ".2f")]
+        line = [key[0], key[1], key[2], fmt(any_row.get("bytes", 0) / 1e6, ".2f"), fmt(floor, ".2f"),
+                fmt(any_row.get("same_bytes_copy_us"), ".2f")]
         for i in impls:
             bad = "!" if by.get(i, {}).get("ok") is False and us[i] is not None else ""
             line += [fmt(us[i], ".2f") + bad, fmt(us[i] / floor if us[i] and floor else None, ".2f")]
@@ -577,7 +597,8 @@ def report(rows, impls, title) -> str:
         table.append(line)
     legend = ", ".join(f"{SHORT[i]} = {i}" for i in impls)
     text = [title, common.format_table(headers, table),
-            f"us per call; MB = bytes moved per call; /fl = time / floor; x/hk = x's time / hopperkit's; {legend};"
+            f"us per call; MB = bytes moved per call; copy = an elementwise copy kernel moving the same bytes"
+            " (the copy ceiling's kernel at this size); /fl = time / floor; x/hk = x's time / hopperkit's; {legend};"
             " '!' = wrong output (rel_err over tolerance, a cache slot touched that should not be, kernel errors)"]
     reasons = sorted({f"{r['impl']} {r['dtype']}: {r['skip_reason']}" for r in rows
                       if r.get("skip_reason") and r["impl"] in impls})

@@ -10,6 +10,7 @@
 # $OUT gets tests.log, bench.log, moe.json, moe.png (from gpu_round.sh), ab_<NAME>.json per --ab, stages.log:
 # keep the --ab count at 3 or fewer (the device returns at most 8 files). Needs `carry: [".peers"]` for the
 # FlashInfer rows of the full sweep. Prints each A/B sweep's geomean time ratio against the full sweep.
+# ROUND_BENCHES=moe,prologue adds gpu_round.sh's other full benchmarks to the sweep (default: moe).
 # Time: build ~20 s, suite ~35-45 s, full sweep ~110-140 s, each A/B sweep <= AB_SECONDS (90), the stage split
 # <= STAGES_SECONDS (120): keep the total under the device's 600 s per command.
 set -uo pipefail
@@ -31,8 +32,8 @@ while [ $# -gt 0 ]; do
 done
 
 rm -f "$OUT/tests.log" "$OUT/moe.json"  # a reused OUT must not read as this round's
-TEST_TIMEOUT=${TEST_TIMEOUT:-240} OUT="$OUT" bash scripts/gpu_round.sh $SWEEP --benches moe 2>&1 | grep -v "it/s" \
-  | grep -E "passed|failed|FAILED|Error|error|moe_bench|gpu_round" | tail -20
+TEST_TIMEOUT=${TEST_TIMEOUT:-240} OUT="$OUT" bash scripts/gpu_round.sh $SWEEP --benches "${ROUND_BENCHES:-moe}" 2>&1 \
+  | grep -v "it/s" | grep -E "passed|failed|FAILED|Error|error|moe_bench|prologue_bench|gpu_round" | tail -20
 if ! grep -qE "^[0-9]+ passed" "$OUT/tests.log" 2>/dev/null || grep -qE "[0-9]+ (failed|errors?)" "$OUT/tests.log"; then
   echo "moe_round: tests not green, no A/B sweeps"; exit 1
 fi
