@@ -110,17 +110,6 @@ void fused_moe(const MoeParams& p) {
   static const int split_waves =
       env_set("HOPPERKIT_MOE_NO_SPLIT") ? 0 : env_int("HOPPERKIT_MOE_SPLIT", kSplitWaves, 1, kMaxSplit);
   a.allow_split = split_waves;
-  // Profiling aids for the split's policy: HOPPERKIT_MOE_SPLIT_POLICY=balanced evens out the work per SM
-  // (split_k_slices_balanced), HOPPERKIT_MOE_SPLIT_S=n forces n slices.
-  static const bool split_balanced = env_is("HOPPERKIT_MOE_SPLIT_POLICY", "balanced");
-  static const int split_force = env_int("HOPPERKIT_MOE_SPLIT_S", 0, 0, kMaxSplit);
-  a.split_sms = 0;
-  if (split_balanced) {
-    int dev = 0;
-    HK_CUDA_CHECK(cudaGetDevice(&dev));
-    HK_CUDA_CHECK(cudaDeviceGetAttribute(&a.split_sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  a.split_force = split_force;
   // the GEMMs' host-side inputs first: a failure there (occupancy query, tensor-map encoding) throws before
   // any kernel of the op is queued
   const MoeGemmPlan gate_up = stages >= 2 ? plan_moe_gate_up(a) : MoeGemmPlan{};

@@ -162,10 +162,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int num_tiles = a.counters[0];
   const int tasks = num_tiles * n_blocks;
   // decode tiles split K when there are fewer tasks than CTAs (see split_k_slices); work item = (task, slice)
-  const int S = !(BM == 16 && a.allow_split) ? 1
-                : a.split_force > 0         ? split_k_slices_forced(tasks, a.split_force, nk)
-                : a.split_sms > 0           ? split_k_slices_balanced(tasks, a.split_sms, nk)
-                                            : split_k_slices(tasks, gridDim.x, nk, a.allow_split);
+  const int S = BM == 16 && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
   const int items = tasks * S;
   __syncthreads();  // barriers initialised, s_amax cleared
 

@@ -35,8 +35,6 @@ struct MoeKernelArgs {
   int gate_up_tile_n;         // weight rows per gate-up tile (gate_up_tile_n in heuristics.h)
   int down_tile_n;            // weight rows per down tile (down_tile_n)
   int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
-  int split_sms;              // > 0: split_k_slices_balanced over this many SMs (profiling switch)
-  int split_force;            // > 0: split_k_slices_forced (profiling switch)
   int index_ctas;             // CTAs of the routing index build (index_ctas in heuristics.h)
   // ---- workspace (see workspace_layout.h)
   int32_t* counters;          // [0] num_tiles, [1] dropped rows

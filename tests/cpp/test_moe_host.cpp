@@ -53,23 +53,6 @@ TEST(MoeHeuristics, IndexCtas) {
   EXPECT_EQ(index_ctas(static_cast<int64_t>(kMaxTokens) * kMaxTopK), kMaxIndexCtas);
 }
 
-TEST(MoeHeuristics, SplitKSlicesBalancedPerSm) {
-  EXPECT_EQ(split_k_slices_balanced(96, 132, 32), 4);   // hy3 TP8 decode gate-up: 3 quarter-tasks per SM at most
-  EXPECT_EQ(split_k_slices_balanced(192, 132, 32), 2);  // 1.5 tasks per SM (S = 4, 6, 8 tie: the smallest)
-  EXPECT_EQ(split_k_slices_balanced(132, 132, 32), 1);  // one task per SM already
-  EXPECT_EQ(split_k_slices_balanced(10, 132, 2), 2);    // never more slices than 128-deep K steps
-  EXPECT_EQ(split_k_slices_balanced(0, 132, 32), 1);
-  EXPECT_EQ(split_k_slices_forced(96, 4, 32), 4);
-  EXPECT_EQ(split_k_slices_forced(96, 4, 3), 3);
-  EXPECT_EQ(split_k_slices_forced(600, 8, 32), 1);      // 600 x 2 partial tiles would not fit the workspace
-  for (int tasks = 1; tasks < 3000; tasks += 7) {       // the partial tiles always fit the workspace
-    const int s = split_k_slices_balanced(tasks, 132, 64);
-    EXPECT_TRUE(s == 1 || tasks * s <= kSplitSlices) << tasks;
-    const int f = split_k_slices_forced(tasks, 8, 64);
-    EXPECT_TRUE(f == 1 || tasks * f <= kSplitSlices) << tasks;
-  }
-}
-
 TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(96, 264, 32), 2);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs, one wave
   EXPECT_EQ(split_k_slices(96, 264, 32, 2), 5); // two items per CTA

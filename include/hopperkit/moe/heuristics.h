@@ -72,30 +72,6 @@ HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSpli
   return s > 1 ? s : 1;
 }  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
-// Candidate policy under measurement (profiling switch HOPPERKIT_MOE_SPLIT_POLICY=balanced): the slice count
-// that evens out the work per SM rather than per CTA. Items go to CTAs round-robin and a resident grid fills
-// the SMs breadth-first, so an SM holds at most ceil(items / sms) items of 1/S of a task each; S minimises that
-// (ties: the smaller S). E.g. 96 tasks on 132 SMs: S = 2 puts 2 half-tasks on 60 SMs and one on 72 (the SMs
-// with one idle half the time), S = 4 puts 3 quarter-tasks on 120 SMs (0.75 of a task at most).
-HK_MOE_HD int split_k_slices_balanced(int tasks, int sms, int k_steps) {
-  if (tasks <= 0 || sms <= 0) return 1;
-  int best = 1;
-  int64_t best_num = (tasks + sms - 1) / sms, best_den = 1;  // the busiest SM's load: num / den tasks
-  for (int s = 2; s <= kMaxSplit && s <= k_steps && s * tasks <= kSplitSlices; ++s) {
-    const int64_t num = (static_cast<int64_t>(tasks) * s + sms - 1) / sms;
-    if (num * best_den < best_num * s) { best = s; best_num = num; best_den = s; }
-  }
-  return best;
-}
-// A forced slice count (profiling switch HOPPERKIT_MOE_SPLIT_S=n), within the same bounds as the policies.
-HK_MOE_HD int split_k_slices_forced(int tasks, int s, int k_steps) {
-  if (tasks <= 0) return 1;
-  s = s < kMaxSplit ? s : kMaxSplit;
-  s = s < k_steps ? s : k_steps;
-  s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
-  return s > 1 ? s : 1;
-}
-
 // The routing index build: up to kIndexCtaRows routing entries (token, k) it is one CTA of the prep kernel (the
 // count, the per-expert offsets and the placement in one block); above that, the entries are cut into chunks of
 // kIndexCtaRows, one CTA each, which count their chunk in the prep kernel (per-chunk histograms in the
