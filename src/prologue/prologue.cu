@@ -124,9 +124,6 @@ void attention_prologue(const PrologueParams& p) {
   a.slot_mapping = p.slot_mapping;
   a.q_out = static_cast<uint8_t*>(p.q_out);
   a.q_fp8 = p.q_out_dtype == DType::kFP8E4M3;
-  // Profiling aid (not for serving): HOPPERKIT_PROLOGUE_FOLD=0 keeps the norm's 1/rms on the fp8 q elements
-  static const bool fold_off = env_is("HOPPERKIT_PROLOGUE_FOLD", "0");
-  a.fold_norm = a.q_fp8 && !fold_off;
   a.qo_token = p.q_out_stride_token;
   a.qo_head = p.q_out_stride_head;
   a.q_scale_out = p.q_scale_out;

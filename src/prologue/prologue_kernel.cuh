@@ -60,7 +60,6 @@ struct PrologueArgs {
   const int64_t* slot_mapping;
   uint8_t* q_out;
   int q_fp8;
-  int fold_norm;              // fp8 q: the norm's 1/rms folded into the quantisation scale (pair kernel)
   int64_t qo_token, qo_head;            // elements
   float* q_scale_out;
   int* err;

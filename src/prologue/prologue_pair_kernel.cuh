@@ -72,13 +72,8 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   float xa[8], xb[8];
   bf16x8_to_float(raw_a, xa);
   bf16x8_to_float(raw_b, xb);
-  // fp8 q with a norm: RoPE and the max are linear in the norm's scalar 1/rms, so it is left out of the elements
-  // and put into the scale (q = y * (rn / scale), scale = max(rn * amax(y), 1e-12) / 448: the same values as
-  // normalising first), one multiply per element fewer
-  float rn_fold = 1.f;
   if (kind != 2) {
     const void* w = kind == 0 ? a.q_w : a.k_w;
-    const bool fold = kind == 0 && a.fold_norm;
     const int es = a.cos_sin_f32 ? 4 : 2;
     const int half = a.rotary_dim / 2;
     const uint8_t* row = static_cast<const uint8_t*>(a.cos_sin) + p * a.cs_stride * es;
@@ -92,19 +87,10 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
       const int wes = a.w_f32 ? 4 : 2;
       load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(ca) * 8 * wes, a.w_f32, wa);
       load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(cb) * 8 * wes, a.w_f32, wb);
-      if (fold) {
-        rn_fold = rn;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          xa[i] *= wa[i];
-          xb[i] *= wb[i];
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          xa[i] = xa[i] * rn * wa[i];
-          xb[i] = xb[i] * rn * wb[i];
-        }
+      for (int i = 0; i < 8; ++i) {
+        xa[i] = xa[i] * rn * wa[i];
+        xb[i] = xb[i] * rn * wb[i];
       }
     };
     if (w != nullptr && a.norm_first) norm();
@@ -124,8 +110,8 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(fabsf(xa[i]), fabsf(xb[i])));
       amax = group_max<TPH>(amax, mask);
-      const float scale = fmaxf(amax * rn_fold, 1e-12f) / kFp8Max;
-      const float inv = a.fold_norm ? __fdividef(rn_fold, scale) : 1.f / scale;
+      const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
+      const float inv = 1.f / scale;
       *reinterpret_cast<uint2*>(a.q_out + o + ca * 8) = fp8x8(xa, inv);
       *reinterpret_cast<uint2*>(a.q_out + o + cb * 8) = fp8x8(xb, inv);
       if (u == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
