@@ -10,6 +10,9 @@
 # Each benchmark run is limited to AB_SECONDS (default 120), each test run to AB_TEST_SECONDS (default 180). A
 # switch whose tests fail gets no benchmark run; rows flagged wrong stay out of the geomean.
 # prologue_bench: pass --no-step (its decode-step section runs other implementations too).
+# Caution: the ratios compare two paths of ONE build. A switch's own code can slow the whole build (session 10:
+# the prologue fold switch measured 0.97x against its off path while the build was 1.05x slower than the kernel
+# before it): compare the default's times with the previous build's committed results too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/ab_round_out}
