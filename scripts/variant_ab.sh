@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A/B across builds in one device call: the tree as it is (the baseline) against variants that replace some of
+# its files, each built and installed on its own, its selected tests run, then the benchmark (hopperkit only).
+# Unlike scripts/ab_round.sh (two paths of ONE build behind a runtime switch), nothing is added to the kernels
+# to make the comparison, so a variant's own code cannot hide in the baseline (session 10: a switch build's
+# "default" ran 5% slower than the kernel before it while its A/B looked 3% faster).
+#
+# Usage: scripts/variant_ab.sh --bench prologue_bench [--bench-args "--no-step --tokens 512,4096,32768"] \
+#          [--tests EXPR] --variant NAME [--variant NAME]...
+#   variant NAME's files are under ab_variants/NAME/ at their repository paths (scripts/make_variant.sh writes
+#   them from a branch); ab_variants/ is git-ignored: pass it in the device call's `carry`.
+# $OUT gets variant_ab_<bench>.json (every run's rows and test summary). Prints per-point time ratios against
+# the baseline; for prologue_bench also the ratio of the same-bytes copy kernel's times (the device-speed
+# control: it should stay near 1.000 within a call). The tree is restored at the end.
+# Time: ~20 s per build, plus the selected tests and the benchmark per run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/variant_ab_out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+BENCH="" BARGS="" TESTS=""
+VARIANTS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench|--bench-args|--tests|--variant) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
+    --bench) BENCH="$2"; shift ;;
+    --bench-args) BARGS="$2"; shift ;;
+    --tests) TESTS="$2"; shift ;;
+    --variant) [ -d "ab_variants/$2" ] || { echo "no folder ab_variants/$2"; exit 2; }; VARIANTS+=("$2"); shift ;;
+    *) echo "unknown argument: $1"; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$BENCH" ] && [ ${#VARIANTS[@]} -gt 0 ] || { echo "usage: --bench NAME --variant NAME ..."; exit 2; }
+if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
+TMP=$(mktemp -d)
+BACKUP="$TMP/baseline_files"
+
+restore() {  # put the baseline's copies of every file a variant replaced back
+  if [ -d "$BACKUP" ]; then (cd "$BACKUP" && find . -type f -print0) | while IFS= read -r -d '' f; do
+    cp "$BACKUP/$f" "$f"; done; fi
+  if [ -f "$TMP/added" ]; then while IFS= read -r f; do rm -f "$f"; done < "$TMP/added"; fi
+  rm -rf "$BACKUP" "$TMP/added"
+}
+trap restore EXIT
+
+measure() {  # $1: run name; builds and installs the tree as it is now, runs the tests, then the benchmark
+  local name=$1
+  if [ -n "${VARIANT_AB_DRY:-}" ]; then  # CPU check of the file swaps: what the build would see
+    echo "== $name (dry): $(cat src/prologue/*.cuh src/moe/*.cuh 2>/dev/null | md5sum | cut -c1-8)"; return
+  fi
+  echo "== $name: build"
+  if ! OUT=$(mktemp -d) bash scripts/gpu_round.sh --no-bench --tests "${TESTS:-variant_ab_selects_no_test}" \
+      > "$TMP/build_$name.log" 2>&1; then
+    tail -20 "$TMP/build_$name.log"; echo "   build failed: no benchmark under $name"; return
+  fi
+  grep -E "built:|GPU tests" "$TMP/build_$name.log" | head -3
+  if [ -n "$TESTS" ] && ! grep -qE "GPU tests: [0-9]+ passed, 0 failed" "$TMP/build_$name.log"; then
+    grep -E "^(FAILED|ERROR)" "$TMP/build_$name.log" | head -5; echo "   tests failed: no benchmark under $name"; return
+  fi
+  grep -E "GPU tests" "$TMP/build_$name.log" | tail -1 > "$TMP/tests_$name.txt"
+  echo "== $name: $BENCH $BARGS"
+  # shellcheck disable=SC2086
+  timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit $BARGS --out "$TMP/$name.json" \
+    > "$TMP/bench_$name.log" 2>&1
+  tail -1 "$TMP/bench_$name.log"
+}
+
+measure baseline
+for v in "${VARIANTS[@]}"; do
+  mkdir -p "$BACKUP"; : > "$TMP/added"
+  (cd "ab_variants/$v" && find . -type f -print0) | while IFS= read -r -d '' f; do
+    f=${f#./}
+    if [ -f "$f" ]; then mkdir -p "$BACKUP/$(dirname "$f")"; cp "$f" "$BACKUP/$f"; else echo "$f" >> "$TMP/added"; fi
+    mkdir -p "$(dirname "$f")"; cp "ab_variants/$v/$f" "$f"
+  done
+  echo "== $v replaces: $(cd "ab_variants/$v" && find . -type f | sed 's|^\./||' | tr '\n' ' ')"
+  measure "$v"
+  restore
+done
+
+$PY - "$TMP" "$OUT/variant_ab_$BENCH.json" baseline "${VARIANTS[@]}" <<'EOF'
+import json, math, os, sys
+tmp, out, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+ID = ("scenario", "case", "model", "mode", "scaling", "bs", "tokens", "dtype", "cache_layout", "spec", "impl")
+def load(name):
+    p = os.path.join(tmp, name + ".json")
+    if not os.path.exists(p):
+        return None, {}
+    d = json.load(open(p))
+    return d, {tuple(r.get(k) for k in ID): r for r in d.get("rows", []) if r.get("us")}
+def gm(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+result = {"bench": os.path.basename(out)[11:-5], "runs": {}}
+_, base = load("baseline")
+if not base:
+    print("no baseline rows (its build, tests or benchmark failed): no ratios")
+for name in runs:
+    d, rows = load(name)
+    t = os.path.join(tmp, f"tests_{name}.txt")
+    result["runs"][name] = {"tests": open(t).read().strip() if os.path.exists(t) else None,
+                            "commit": (d or {}).get("commit"), "rows": list(rows.values())}
+    if name == "baseline" or not rows or not base:
+        continue
+    keys = sorted((k for k in rows if k in base), key=str)
+    good = [k for k in keys if rows[k].get("ok", True) and base[k].get("ok", True)]
+    g = gm([rows[k]["us"] / base[k]["us"] for k in good])
+    ctl = [rows[k]["same_bytes_copy_us"] / base[k]["same_bytes_copy_us"] for k in keys
+           if rows[k].get("same_bytes_copy_us") and base[k].get("same_bytes_copy_us")]
+    extra = f"; same-bytes copy control {gm(ctl):.3f} ({min(ctl):.3f}-{max(ctl):.3f})" if ctl else ""
+    print(f"== {name}: {len(keys)} points, variant / baseline time, geomean {g:.3f} over the {len(good)} with "
+          f"correct output on both sides{extra}")
+    for k in keys:
+        label = " ".join(str(v) for v, f in zip(k, ID) if v is not None and f != "impl")
+        ok = "" if rows[k].get("ok", True) else "  WRONG OUTPUT"
+        print(f"   {label:40s} {base[k]['us']:9.2f} -> {rows[k]['us']:9.2f} us ({rows[k]['us'] / base[k]['us']:.3f}){ok}")
+json.dump(result, open(out, "w"), indent=1)
+print("wrote", out)
+EOF
