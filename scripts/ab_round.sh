@@ -63,43 +63,5 @@ for spec in "${RUNS[@]}"; do
     > "$TMP/bench_$name.log" 2>&1
   tail -1 "$TMP/bench_$name.log"
 done
-$PY - "$TMP" "$OUT/ab_$BENCH.json" "${RUNS[@]}" <<'EOF'
-import json, math, os, sys
-tmp, out, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
-ID = ("scenario", "case", "model", "mode", "scaling", "bs", "tokens", "dtype", "cache_layout", "spec", "impl")
-def load(name):
-    p = os.path.join(tmp, name + ".json")
-    if not os.path.exists(p):
-        return None, {}
-    d = json.load(open(p))
-    rows = {tuple(r.get(k) for k in ID): r for r in d.get("rows", []) if r.get("us")}
-    return d, rows
-result = {"bench": os.path.basename(out)[3:-5], "runs": {}}
-base_d, base = load("default")
-if not base:
-    print("no baseline rows (its tests or benchmark failed): no ratios")
-for spec in runs:
-    name, env = spec.split("|", 1)
-    d, rows = load(name)
-    tests = os.path.join(tmp, f"tests_{name}.log")
-    last = open(tests).read().strip().splitlines()[-1:] if os.path.exists(tests) else []
-    result["runs"][name] = {"env": env, "tests": last[0] if last else None, "commit": (d or {}).get("commit"),
-                            "rows": list(rows.values())}
-    if name == "default" or not rows:
-        continue
-    keys = sorted((k for k in rows if k in base), key=str)
-    if not keys:
-        continue
-    ratios = [rows[k]["us"] / base[k]["us"] for k in keys]
-    good = [r for k, r in zip(keys, ratios) if rows[k].get("ok", True) and base[k].get("ok", True)]
-    g = math.exp(sum(map(math.log, good)) / len(good)) if good else float("nan")
-    print(f"== {name} ({env}): {len(keys)} points, switch / default time, geomean {g:.3f} over the "
-          f"{len(good)} with correct output on both sides")
-    for k, r in zip(keys, ratios):
-        label = " ".join(str(v) for v, f in zip(k, ID) if v is not None and f != "impl")
-        ok = "" if rows[k].get("ok", True) else "  WRONG OUTPUT"
-        print(f"   {label:40s} {k[-1]:16s} {base[k]['us']:9.2f} -> {rows[k]['us']:9.2f} us ({r:.3f}){ok}")
-json.dump(result, open(out, "w"), indent=1)
-print("wrote", out)
-EOF
+$PY -m bench.ab_report "$TMP" "$OUT/ab_$BENCH.json" "$BENCH" "${RUNS[@]}"
 rm -rf "$TMP"

@@ -79,41 +79,4 @@ for v in "${VARIANTS[@]}"; do
   restore
 done
 
-$PY - "$TMP" "$OUT/variant_ab_$BENCH.json" baseline "${VARIANTS[@]}" <<'EOF'
-import json, math, os, sys
-tmp, out, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
-ID = ("scenario", "case", "model", "mode", "scaling", "bs", "tokens", "dtype", "cache_layout", "spec", "impl")
-def load(name):
-    p = os.path.join(tmp, name + ".json")
-    if not os.path.exists(p):
-        return None, {}
-    d = json.load(open(p))
-    return d, {tuple(r.get(k) for k in ID): r for r in d.get("rows", []) if r.get("us")}
-def gm(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-result = {"bench": os.path.basename(out)[11:-5], "runs": {}}
-_, base = load("baseline")
-if not base:
-    print("no baseline rows (its build, tests or benchmark failed): no ratios")
-for name in runs:
-    d, rows = load(name)
-    t = os.path.join(tmp, f"tests_{name}.txt")
-    result["runs"][name] = {"tests": open(t).read().strip() if os.path.exists(t) else None,
-                            "commit": (d or {}).get("commit"), "rows": list(rows.values())}
-    if name == "baseline" or not rows or not base:
-        continue
-    keys = sorted((k for k in rows if k in base), key=str)
-    good = [k for k in keys if rows[k].get("ok", True) and base[k].get("ok", True)]
-    g = gm([rows[k]["us"] / base[k]["us"] for k in good])
-    ctl = [rows[k]["same_bytes_copy_us"] / base[k]["same_bytes_copy_us"] for k in keys
-           if rows[k].get("same_bytes_copy_us") and base[k].get("same_bytes_copy_us")]
-    extra = f"; same-bytes copy control {gm(ctl):.3f} ({min(ctl):.3f}-{max(ctl):.3f})" if ctl else ""
-    print(f"== {name}: {len(keys)} points, variant / baseline time, geomean {g:.3f} over the {len(good)} with "
-          f"correct output on both sides{extra}")
-    for k in keys:
-        label = " ".join(str(v) for v, f in zip(k, ID) if v is not None and f != "impl")
-        ok = "" if rows[k].get("ok", True) else "  WRONG OUTPUT"
-        print(f"   {label:40s} {base[k]['us']:9.2f} -> {rows[k]['us']:9.2f} us ({rows[k]['us'] / base[k]['us']:.3f}){ok}")
-json.dump(result, open(out, "w"), indent=1)
-print("wrote", out)
-EOF
+$PY -m bench.ab_report "$TMP" "$OUT/variant_ab_$BENCH.json" "$BENCH" baseline "${VARIANTS[@]}"
