@@ -66,7 +66,7 @@ def half_local_expert_map(perm):
 
 
 def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=False, shared=False, seed=0,
-             check_repeat=False, invalid_ids=False):
+             check_repeat=False, invalid_ids=False, fp8_row_pad=0):
     gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + seed)
     expert_map = None
     E = E_global
@@ -86,6 +86,10 @@ def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=Fa
     if fp8_input:
         hidden, hidden_scale = fp8_quantize_reference(x.float(), None if block else a13)
         hidden_scale = hidden_scale.contiguous()
+        if fp8_row_pad:  # the rows as a view into a wider buffer: offset by 16 bytes, stride H + fp8_row_pad
+            wide = torch.full((T, H + 16 + fp8_row_pad), float("nan"), device="cuda").to(FP8)
+            wide[:, 16:16 + H] = hidden
+            hidden = torch.as_strided(wide, (T, H), (H + 16 + fp8_row_pad, 1), storage_offset=16)
     shared_out = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16) if shared else None
     ws = hopperkit.moe_workspace(T, K, H, I, E, block, "cuda")
     ws.fill_(0xFF)  # NaN in every fp8 / fp32 / bf16 view
@@ -151,6 +155,13 @@ def test_64_row_tiles_256_weight_rows_long_k(block):
     # 64-row tiles with 256 weight rows in both GEMMs (I % 128 == 0, H % 256 == 0); K = 640 for the down
     # projection: 5 stages per item; two output blocks of 256 columns (block-wise: two weight blocks each)
     run_case(512, 512, 640, 16, 8, block, kind="skewed", seed=512 + block)
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
+def test_64_row_tiles_strided_offset_fp8_input(block):
+    # fp8 rows given as a strided view (16 bytes into a wider buffer, row stride H + 48, NaN around them): the
+    # gate-up's 64-row tiles read them through the routing index at that stride (128 rows per expert)
+    run_case(512, 256, 256, 8, 2, block, fp8_input=True, fp8_row_pad=32, seed=48)
 
 
 def test_64_row_tiles_i192_expert_parallel_fp8_input():
