@@ -41,14 +41,15 @@ def last_test_line(tmp: str, name: str) -> str | None:
     return None
 
 
-def compare(base: dict, rows: dict) -> tuple[list, float, float | None, str]:
-    """(common keys, time geomean over correct points, copy-control geomean or None, control range text)"""
+def compare(base: dict, rows: dict) -> tuple[list, int, float, float | None, str]:
+    """(common keys, how many are correct on both sides, time geomean over those, copy-control geomean or None,
+    control range text)"""
     keys = sorted((k for k in rows if k in base), key=str)
     good = [k for k in keys if rows[k].get("ok", True) and base[k].get("ok", True)]
     g = geomean(rows[k]["us"] / base[k]["us"] for k in good)
     ctl = [rows[k]["same_bytes_copy_us"] / base[k]["same_bytes_copy_us"] for k in keys
            if rows[k].get("same_bytes_copy_us") and base[k].get("same_bytes_copy_us")]
-    return keys, g, (geomean(ctl) if ctl else None), (f"{min(ctl):.3f}-{max(ctl):.3f}" if ctl else "")
+    return keys, len(good), g, (geomean(ctl) if ctl else None), (f"{min(ctl):.3f}-{max(ctl):.3f}" if ctl else "")
 
 
 def main(argv: list[str]) -> int:
@@ -67,10 +68,9 @@ def main(argv: list[str]) -> int:
                                 "commit": (data or {}).get("commit"), "rows": list(rows.values())}
         if i == 0 or not rows or not base:
             continue
-        keys, g, ctl, ctl_range = compare(base, rows)
+        keys, n_good, g, ctl, ctl_range = compare(base, rows)
         if not keys:
             continue
-        n_good = sum(1 for k in keys if rows[k].get("ok", True) and base[k].get("ok", True))
         extra = f"; same-bytes copy control {ctl:.3f} ({ctl_range})" if ctl is not None else ""
         print(f"== {name}{f' ({label})' if label else ''}: {len(keys)} points, run / baseline time, geomean "
               f"{g:.3f} over the {n_good} with correct output on both sides{extra}")

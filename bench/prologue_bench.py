@@ -340,13 +340,7 @@ def same_bytes_copy_us(total_bytes: int, n_sets: int, replays, warmup) -> float:
     """An elementwise copy kernel (dst = src * 1, the copy ceiling's kernel) moving the case's bytes (half read,
     half written), over n_sets rotated buffer pairs as the impls rotate theirs: what a memory-bound kernel of this
     size reaches, launch and ramp included. It shows how much of a gap to the floor is the size, not the kernel."""
-    n = max(1, total_bytes // 4)  # bf16 elements read (and as many written)
-    pairs = [(torch.randn(n, dtype=torch.bfloat16, device=DEVICE), torch.empty(n, dtype=torch.bfloat16, device=DEVICE))
-             for _ in range(n_sets)]
-    fns = [lambda s=s, d=d: torch.mul(s, 1, out=d) for s, d in pairs]
-    for fn in fns:
-        fn()
-    return common.time_graph(fns, replays, warmup)
+    return common.copy_kernel_us(max(1, total_bytes // 4), n_sets, replays, warmup)  # bf16 elements each way
 
 
 def run_section1(args, ceilings, prog, rows, replays, warmup, cos_sin, flush=lambda: None):
