@@ -591,8 +591,8 @@ def report(rows, impls, title) -> str:
         table.append(line)
     legend = ", ".join(f"{SHORT[i]} = {i}" for i in impls)
     text = [title, common.format_table(headers, table),
-            f"us per call; MB = bytes moved per call; copy = an elementwise copy kernel moving the same bytes"
-            " (the copy ceiling's kernel at this size); /fl = time / floor; x/hk = x's time / hopperkit's; {legend};"
+            "us per call; MB = bytes moved per call; copy = an elementwise copy kernel moving the same bytes"
+            f" (the copy ceiling's kernel at this size); /fl = time / floor; x/hk = x's time / hopperkit's; {legend};"
             " '!' = wrong output (rel_err over tolerance, a cache slot touched that should not be, kernel errors)"]
     reasons = sorted({f"{r['impl']} {r['dtype']}: {r['skip_reason']}" for r in rows
                       if r.get("skip_reason") and r["impl"] in impls})
