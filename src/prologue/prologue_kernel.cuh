@@ -137,6 +137,16 @@ __device__ __forceinline__ void rms_norm(float (&x)[8], const void* w, int w_f32
   for (int i = 0; i < 8; ++i) x[i] = x[i] * r * wv[i];
 }
 
+// The dynamic fp8 scale of a head from its amax (scale = amax / 448, at least 1e-12 / 448) and the factor the
+// codes are formed with (inv = 1 / scale). A multiply and one approximate reciprocal (MUFU.RCP) instead of two
+// IEEE divisions (FCHK, Newton steps and a slow-path branch each: ~25 instructions per item in session 10's
+// SASS). Both are within an ulp or two of the divisions; scale stays in [2.2e-15, 7.6e35], where the
+// reciprocal is a normal number; codes saturate (SATFINITE) should x * inv round past 448.
+__device__ __forceinline__ void fp8_head_scale(float amax, float& scale, float& inv) {
+  scale = fmaxf(amax, 1e-12f) * (1.f / kFp8Max);
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(scale));
+}
+
 // the 8 values x[0..7] as fp8 codes of x * inv (8 bytes) or as bf16 (16 bytes)
 __device__ __forceinline__ uint2 fp8x8(const float (&x)[8], float inv) {
   uint2 q8;
@@ -315,8 +325,8 @@ __global__ void __launch_bounds__(kPrologueThreads, kPrologueMinCtas) attention_
 #pragma unroll
         for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
         amax = group_max<TPH>(amax, mask);
-        const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
-        const float inv = 1.f / scale;  // one division per lane, not eight (this kernel is issue-bound)
+        float scale, inv;
+        fp8_head_scale(amax, scale, inv);
         *reinterpret_cast<uint2*>(dst) = fp8x8(x, inv);
         if (j == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
       } else {

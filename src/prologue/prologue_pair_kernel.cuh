@@ -110,8 +110,8 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(fabsf(xa[i]), fabsf(xb[i])));
       amax = group_max<TPH>(amax, mask);
-      const float scale = fmaxf(amax, 1e-12f) / kFp8Max;
-      const float inv = 1.f / scale;
+      float scale, inv;
+      fp8_head_scale(amax, scale, inv);
       *reinterpret_cast<uint2*>(a.q_out + o + ca * 8) = fp8x8(xa, inv);
       *reinterpret_cast<uint2*>(a.q_out + o + cb * 8) = fp8x8(xb, inv);
       if (u == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
