@@ -1,0 +1,57 @@
+"""Runs the MoE GPU tests' small cases over many seeds and counts which check fails, to tell a numerical
+sensitivity (a tolerance crossed now and then, by an error that grows smoothly) from a race (non-finite
+outputs, repeated runs that differ, errors far above the tolerance).
+
+    python3 scripts/moe_seed_sweep.py [--seeds 300] [--tokens 1,7] [--kinds uniform,skewed,sparse,one_expert]
+                                      [--block 0]
+
+Needs an sm_90 GPU and the installed package (run after scripts/gpu_round.sh). Prints one line per
+(tokens, kind): cases, failures by message, the largest relative Frobenius error seen, and a summary.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=300)
+    ap.add_argument("--tokens", default="1,7")
+    ap.add_argument("--kinds", default="uniform,skewed,sparse,one_expert")
+    ap.add_argument("--block", type=int, default=0, help="1: block-wise scaling, 0: per-tensor")
+    args = ap.parse_args()
+    os.environ.setdefault("HK_TEST_SEED", "0")
+    import torch
+    import test_moe_gpu as t  # the tests' own case builder and checks
+
+    block = bool(args.block)
+    total_fail = 0
+    for T in (int(v) for v in args.tokens.split(",")):
+        for kind in args.kinds.split(","):
+            fails = collections.Counter()
+            worst = 0.0
+            for seed in range(args.seeds):
+                try:
+                    out, ref = t.run_case(T, 256, 256, 16, 4, block, kind=kind, seed=1000 + seed, check_repeat=True)
+                    worst = max(worst, ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item())
+                except AssertionError as e:
+                    msg = str(e).split("\n")[0]
+                    fails[msg.split(" ")[0] + " " + msg.split(" ")[1] if " " in msg else msg] += 1
+                    if "relative Frobenius error" in msg:
+                        worst = max(worst, float(msg.rsplit(" ", 1)[1]))
+            total_fail += sum(fails.values())
+            print(f"T={T:3d} {kind:10s} {'block' if block else 'per_tensor'}: {args.seeds} cases, "
+                  f"{sum(fails.values())} failed {dict(fails)}; largest rel. Frobenius error {worst:.3e}")
+    torch.cuda.synchronize()
+    print(f"moe_seed_sweep: {total_fail} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
