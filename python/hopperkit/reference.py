@@ -152,6 +152,22 @@ def _dequant_blocks(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return w.to(torch.float32) * s.repeat_interleave(128, 0).repeat_interleave(128, 1)
 
 
+def _moe_input_reference(hidden, hidden_scale, a13_scale, block: bool) -> torch.Tensor:
+    """The MoE input as the kernels read it (FP8 codes times their scales), float32 [T, H]."""
+    if hidden.dtype == torch.float8_e4m3fn:
+        xq, xs = hidden, hidden_scale
+    else:
+        xq, xs = fp8_quantize_reference(hidden.float(), None if block else a13_scale.float())
+    x = xq.to(torch.float32)
+    return x * xs.repeat_interleave(128, -1) if block else x * xs.float()
+
+
+def _moe_expert_weights(w13, w2, w13_scale, w2_scale, e: int, block: bool):
+    if block:
+        return _dequant_blocks(w13[e], w13_scale[e]), _dequant_blocks(w2[e], w2_scale[e])
+    return w13[e].to(torch.float32) * w13_scale[e], w2[e].to(torch.float32) * w2_scale[e]
+
+
 def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                         w13: torch.Tensor, w2: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor, *,
                         a13_scale: Optional[torch.Tensor] = None, a2_scale: Optional[torch.Tensor] = None,
@@ -165,13 +181,7 @@ def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
     T, H = hidden.shape
     E, I2, _ = w13.shape
     I = I2 // 2
-    if hidden.dtype == torch.float8_e4m3fn:
-        xq = hidden
-        xs = hidden_scale
-    else:
-        xq, xs = fp8_quantize_reference(hidden.float(), None if block else a13_scale.float())
-    x = xq.to(torch.float32)
-    x = x * xs.repeat_interleave(128, -1) if block else x * xs.float()
+    x = _moe_input_reference(hidden, hidden_scale, a13_scale, block)
     ids = topk_ids.long()
     n_global = expert_map.shape[0] if expert_map is not None else E
     valid = (ids >= 0) & (ids < n_global)
@@ -182,16 +192,78 @@ def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
     out = torch.zeros(T, H, dtype=torch.float32, device=hidden.device)
     for e in torch.unique(local[local >= 0]).tolist():
         tok, kk = torch.nonzero(local == e, as_tuple=True)
-        if block:
-            w13e, w2e = _dequant_blocks(w13[e], w13_scale[e]), _dequant_blocks(w2[e], w2_scale[e])
-        else:
-            w13e, w2e = w13[e].to(torch.float32) * w13_scale[e], w2[e].to(torch.float32) * w2_scale[e]
+        w13e, w2e = _moe_expert_weights(w13, w2, w13_scale, w2_scale, e, block)
         gu = x[tok] @ w13e.T
         h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
         hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
         hd = hq.to(torch.float32) * (hs.repeat_interleave(128, -1) if block else hs)
         y = (hd @ w2e.T).to(torch.bfloat16).to(torch.float32)
         out.index_add_(0, tok, y * topk_weights[tok, kk].unsqueeze(1).float())
+    if shared_output is not None:
+        out += shared_output.float()
+    return out
+
+
+def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tensor, topk_ids: torch.Tensor,
+                                    topk_weights: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                                    w13_scale: torch.Tensor, w2_scale: torch.Tensor, *,
+                                    a13_scale: Optional[torch.Tensor] = None, a2_scale: Optional[torch.Tensor] = None,
+                                    hidden_scale: Optional[torch.Tensor] = None,
+                                    shared_output: Optional[torch.Tensor] = None,
+                                    max_code_diff_fraction: float = 2e-2) -> torch.Tensor:
+    """The fused MoE's output recomputed from the activation codes a hopperkit.fused_moe call left in
+    `workspace` (its routing index and SiLU(gate) * up codes), after checking those codes against the float32
+    reference: float32 [T, H].
+
+    Why: an FP8 code of SiLU(gate) * up whose value lies near a rounding boundary may round the other way in
+    the kernel (its gate-up sums, on FP8 tensor cores, keep fewer bits than float32), and with few tokens one
+    such code moves an output row by more than 1e-2 relative. So the codes are checked on their own (each at
+    most one FP8 step from the reference's, fewer than `max_code_diff_fraction` of them different; block-wise:
+    the group scales within 2e-3), and the rest of the computation (down projection, bf16 rounding per row,
+    top-k weighted sum, shared output) is compared from the kernel's own codes. Raises AssertionError naming
+    the check that failed."""
+    from .moe import _workspace_views  # needs the compiled core (layout offsets); no GPU
+    block = w13_scale.dim() == 3
+    T, H = hidden.shape
+    K = topk_ids.shape[1]
+    E, I2, _ = w13.shape
+    I = I2 // 2
+    v = _workspace_views(workspace, T, K, H, I, E)
+    off = v["expert_offset"].long().tolist()
+    x = _moe_input_reference(hidden, hidden_scale, a13_scale, block)
+    rows = v["sorted_rows"].long()
+    out = torch.zeros(T, H, dtype=torch.float32, device=hidden.device)
+    differ = total = 0
+    for e in range(E):
+        if off[e + 1] <= off[e]:
+            continue
+        rid = rows[off[e]:off[e + 1]]
+        tok, kk = rid // K, rid % K
+        w13e, w2e = _moe_expert_weights(w13, w2, w13_scale, w2_scale, e, block)
+        gu = x[tok] @ w13e.T
+        h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
+        hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
+        act = v["act"][off[e]:off[e + 1]].to(torch.float32)
+        r = hq.to(torch.float32)
+        # one FP8 step is at most 1/8 of a code's value; near zero, where codes are dense, 0.25 code units
+        over = (act - r).abs() > 0.125 * r.abs() + 0.25
+        if over.any():
+            raise AssertionError(f"expert {e}: {int(over.sum())} activation codes beyond one FP8 step of the "
+                                 f"reference, e.g. {act[over][:4].tolist()} vs {r[over][:4].tolist()}")
+        differ += int((act != r).sum())
+        total += act.numel()
+        if block:
+            ks = v["act_scale"][off[e]:off[e + 1]]
+            rel = ((ks - hs).abs() / hs).max().item()
+            if rel >= 2e-3:
+                raise AssertionError(f"expert {e}: activation group scales {rel:.3e} relative from the reference")
+            ad = act * ks.repeat_interleave(128, -1)
+        else:
+            ad = act * a2_scale.float()
+        y = (ad @ w2e.T).to(torch.bfloat16).to(torch.float32)
+        out.index_add_(0, tok, y * topk_weights[tok, kk].unsqueeze(1).float())
+    if total and differ > max_code_diff_fraction * total:
+        raise AssertionError(f"{differ} of {total} activation codes differ from the reference")
     if shared_output is not None:
         out += shared_output.float()
     return out

@@ -181,6 +181,83 @@ def test_moe_reference_matches_naive_loop():
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _moe_workspace_as_kernel_leaves_it(block, T=2, H=256, I=256, E=16, K=4, seed=5):
+    """A small MoE problem on the CPU and a workspace filled the way a fused_moe call leaves it (routing index,
+    the reference's activation codes and group scales), for the kernel-codes reference."""
+    import hopperkit
+    from hopperkit.moe import _workspace_views
+    from hopperkit.reference import fp8_quantize_reference, _moe_expert_weights, _moe_input_reference
+    g = torch.Generator().manual_seed(seed)
+
+    def weights(N, Kd):
+        w = torch.randn(E, N, Kd, generator=g) / Kd ** 0.5
+        if block:
+            gw = w.unflatten(1, (N // 128, 128)).unflatten(3, (Kd // 128, 128))
+            sc = gw.abs().amax(dim=(2, 4)) / 448.0
+            return (gw / sc[:, :, None, :, None]).to(torch.float8_e4m3fn).flatten(3).flatten(1, 2), sc
+        sc = w.abs().amax(dim=(1, 2)) / 448.0
+        return (w / sc[:, None, None]).to(torch.float8_e4m3fn), sc
+    w13, s13 = weights(2 * I, H)
+    w2, s2 = weights(H, I)
+    x = torch.randn(T, H, generator=g).bfloat16()
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]).to(torch.int32)
+    tw = torch.rand(T, K, generator=g) + 0.1
+    kw = {} if block else dict(a13_scale=(x.float().abs().max() / 448.0).reshape(1),
+                               a2_scale=torch.tensor([4.0 / 448.0]))
+    ws = hopperkit.moe_workspace(T, K, H, I, E, block, "cpu")
+    ws.fill_(0xFF)
+    v = _workspace_views(ws, T, K, H, I, E)
+    flat = ids.flatten().long()
+    order = torch.sort(flat, stable=True).indices  # row ids grouped by expert
+    counts = torch.bincount(flat, minlength=E)
+    v["expert_offset"].copy_(torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(torch.int32))
+    v["sorted_rows"][:order.numel()].copy_(order.to(torch.int32))
+    xd = _moe_input_reference(x, None, kw.get("a13_scale"), block)
+    for p, rid in enumerate(order.tolist()):
+        w13e, _ = _moe_expert_weights(w13, w2, s13, s2, int(flat[rid]), block)
+        gu = xd[rid // K] @ w13e.T
+        h = torch.nn.functional.silu(gu[:I]) * gu[I:]
+        hq, hs = fp8_quantize_reference(h, None if block else kw["a2_scale"])
+        v["act"][p].copy_(hq)
+        if block:
+            v["act_scale"][p].copy_(hs)
+    return ws, v, (x, ids, tw, w13, w2, s13, s2), kw
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
+def test_moe_reference_from_kernel_codes(block):
+    from hopperkit.reference import fused_moe_reference, moe_reference_from_kernel_codes
+    ws, v, args, kw = _moe_workspace_as_kernel_leaves_it(block)
+    ref = fused_moe_reference(*args, **kw)
+    got = moe_reference_from_kernel_codes(ws, *args, **kw)
+    assert torch.allclose(got, ref, rtol=1e-5, atol=1e-6), "the reference's own codes give the reference"
+    act = v["act"].view(torch.uint8)
+
+    def steppable(r):  # codes of row r with a larger neighbour (not the largest finite magnitude)
+        return torch.nonzero((act[r] & 0x7F) < 0x7E).flatten()
+    c = int(steppable(0)[0])
+    act[0, c] += 1  # one FP8 step: allowed, and the output follows the kernel's code
+    moved = moe_reference_from_kernel_codes(ws, *args, **kw)
+    assert not torch.equal(moved, ref)
+    act[0, c] += 1  # two steps from the reference: not allowed
+    with pytest.raises(AssertionError, match="beyond one FP8 step"):
+        moe_reference_from_kernel_codes(ws, *args, **kw)
+    act[0, c] -= 2
+    n = int(0.025 * act.numel() / 2) + 1  # one step each, 2.5% of the codes in all
+    cols = [steppable(r)[:n] for r in (0, 1)]
+    for r in (0, 1):
+        act[r, cols[r]] += 1
+    with pytest.raises(AssertionError, match="activation codes differ"):
+        moe_reference_from_kernel_codes(ws, *args, **kw)
+    for r in (0, 1):
+        act[r, cols[r]] -= 1
+    assert torch.allclose(moe_reference_from_kernel_codes(ws, *args, **kw), ref, rtol=1e-5, atol=1e-6)
+    if block:
+        v["act_scale"][0, 0] *= 1.01
+        with pytest.raises(AssertionError, match="group scales"):
+            moe_reference_from_kernel_codes(ws, *args, **kw)
+
+
 def test_moe_workspace_bytes_and_bad_sizes():
     import hopperkit
     n = hopperkit.moe_workspace_bytes(64, 8, 4096, 192, 192, False)
