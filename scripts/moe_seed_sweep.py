@@ -6,7 +6,9 @@ outputs, repeated runs that differ, errors far above the tolerance).
                                       [--block 0]
 
 Needs an sm_90 GPU and the installed package (run after scripts/gpu_round.sh). Prints one line per
-(tokens, kind): cases, failures by message, the largest relative Frobenius error seen, and a summary.
+(tokens, kind): cases, failures by message, how many passing cases still had an end-to-end relative
+Frobenius error >= 1e-2 (possible when the tests check the kernel's own activation codes, see
+hopperkit.reference.moe_reference_from_kernel_codes), the largest end-to-end error, and a summary.
 """
 from __future__ import annotations
 
@@ -36,10 +38,13 @@ def main() -> int:
         for kind in args.kinds.split(","):
             fails = collections.Counter()
             worst = 0.0
+            crossed = 0  # passing cases whose end-to-end error crosses 1e-2 (the check before session 11)
             for seed in range(args.seeds):
                 try:
                     out, ref = t.run_case(T, 256, 256, 16, 4, block, kind=kind, seed=1000 + seed, check_repeat=True)
-                    worst = max(worst, ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item())
+                    rel = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+                    worst = max(worst, rel)
+                    crossed += rel >= 1e-2
                 except AssertionError as e:
                     msg = str(e).split("\n")[0]
                     fails[msg.split(" ")[0] + " " + msg.split(" ")[1] if " " in msg else msg] += 1
@@ -47,7 +52,8 @@ def main() -> int:
                         worst = max(worst, float(msg.rsplit(" ", 1)[1]))
             total_fail += sum(fails.values())
             print(f"T={T:3d} {kind:10s} {'block' if block else 'per_tensor'}: {args.seeds} cases, "
-                  f"{sum(fails.values())} failed {dict(fails)}; largest rel. Frobenius error {worst:.3e}")
+                  f"{sum(fails.values())} failed {dict(fails)}; end to end >= 1e-2 in {crossed} passing; "
+                  f"largest end-to-end rel. Frobenius error {worst:.3e}")
     torch.cuda.synchronize()
     print(f"moe_seed_sweep: {total_fail} failed")
     return 0
