@@ -51,6 +51,12 @@ struct MoeGemmConfig {
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
   static constexpr bool kWgmma = BM == 64;
+  // Per-tensor 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the
+  // tile's 16 rows), one warpgroup, two m64 blocks per stage (gate-up: its gate rows and its up rows, so that a
+  // thread holds matching gate and up values; down: rows 0..63 and 64..127). sm_90 has no FP8 mma.sync: the
+  // m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460 instructions per
+  // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound).
+  static constexpr bool kSwapAB = BM == 16 && !kBlock && BN == 128;
   static constexpr int kWarpsM = BM == 16 ? 1 : 4;
   static constexpr int kWarpsN = BM == 16 ? 4 : 2;
   static constexpr int kConsumerWarps = kWarpsM * kWarpsN;
@@ -322,7 +328,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // 64-row tiles with 128 weight rows keep one stage's wgmmas in flight while the previous stage's sum is added
   // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) have no room for two
   // more whole partial tiles: kHalfPipe.
-  constexpr bool kPipe = C::kWgmma && BN == 128;
+  constexpr bool kPipe = (C::kWgmma && BN == 128) || C::kSwapAB;
   // 256-row tiles pipeline by half stages instead: a warpgroup's stage is two wgmma groups of 64 weight rows
   // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
@@ -346,6 +352,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
     int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
+    int srow_id[4];  // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
@@ -358,6 +365,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         for (int j = 0; j < C::kOutChunks; ++j) {
           const int r = wm * C::kWM + (lane + 32 * j) / C::kOutRowChunks;
           out_rid[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+        }
+      } else if constexpr (!kGateUp && C::kSwapAB) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
+          srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
         }
       } else if (!kGateUp && kEarlyEpilogue) {
 #pragma unroll
@@ -375,6 +388,24 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const uint32_t sb = sa + C::kABytes;
       if constexpr (kHalfPipe) {
         // unused: 256-row tiles issue their stages by halves (below)
+      } else if constexpr (C::kSwapAB) {
+        // d[0][2 b + j]: m64 block b (weight rows 64 b ..; gate-up: b = 0 gate, 1 up), tile rows 8 j ..
+        if constexpr (!C::kTmaA) fence_proxy_async_shared();  // the tile rows arrived by cp.async
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+          const uint64_t dx = gmma_desc_sw128(sa + kk * 32);
+          const uint64_t dw0 = gmma_desc_sw128(sb + kk * 32);
+          const uint64_t dw1 = gmma_desc_sw128(sb + 64 * 128 + kk * 32);
+          if (kk == 0) {
+            wgmma_m64k32_e4m3_first<16, 0>(d[0], dw0, dx);
+            wgmma_m64k32_e4m3_first<16, 2>(d[0], dw1, dx);
+          } else {
+            wgmma_m64k32_e4m3<16, 0>(d[0], dw0, dx);
+            wgmma_m64k32_e4m3<16, 2>(d[0], dw1, dx);
+          }
+        }
+        wgmma_commit();
       } else if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
         // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
@@ -666,6 +697,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         consumer_sync();  // every row's amax is read before it is cleared for the next task
         if (tid < BM) s_amax[tid] = 0u;
       }
+      if constexpr (C::kSwapAB) {
+        // h[0][j][i]: intermediate column n0 + 16 warp + g + 8 (i >> 1) of tile row 8 j + 2 t4 + (i & 1)
+        // (n0 + 64 <= I: I % 64 == 0)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int r = 8 * j + 2 * t4 + (i & 1);
+            if (r < rows) {
+              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 16 * warp + g + 8 * (i >> 1)] =
+                  __nv_cvt_float_to_fp8(h[0][j][i] / a2, __NV_SATFINITE, __NV_E4M3);
+            }
+          }
+      } else {
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt) {
 #pragma unroll
@@ -686,6 +731,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
       }
+      }  // 16-row mma.sync and 64-row tiles
     } else if constexpr (C::kStagedOut) {
       uint8_t* blk = s_out + warp * C::kOutWarpBytes;  // this warp's rows wm * kWM.., columns wn * kWN..
       __syncwarp();  // every lane has stored the previous item's block
@@ -707,6 +753,23 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
               *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);
         }
       }
+    } else if constexpr (C::kSwapAB) {
+      // acc[0][2 b + j][i]: output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row 8 j + 2 t4 + (i & 1)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int rid = srow_id[2 * j + q];
+          if (rid < 0) continue;
+          uint16_t* dst_row = a.y + static_cast<int64_t>(rid) * H;
+#pragma unroll
+          for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+              const int n = n0 + 64 * b + 16 * warp + g + 8 * hi;
+              if (n < H) dst_row[n] = static_cast<uint16_t>(pack_bf16x2(acc[0][2 * b + j][2 * hi + q] * out_scale, 0.f));
+            }
+        }
     } else {
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt) {
