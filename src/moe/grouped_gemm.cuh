@@ -51,12 +51,14 @@ struct MoeGemmConfig {
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
   static constexpr bool kWgmma = BM == 64;
-  // Per-tensor 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the
-  // tile's 16 rows), one warpgroup, two m64 blocks per stage (gate-up: its gate rows and its up rows, so that a
-  // thread holds matching gate and up values; down: rows 0..63 and 64..127). sm_90 has no FP8 mma.sync: the
+  // 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the tile's 16
+  // rows), one warpgroup, BN / 64 m64 blocks per stage (gate-up: its gate blocks, then its up blocks, so that a
+  // thread holds matching gate and up values; down: the weight rows in order). sm_90 has no FP8 mma.sync: the
   // m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460 instructions per
-  // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound).
-  static constexpr bool kSwapAB = BM == 16 && !kBlock && BN == 128;
+  // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator acc[0][2 b + j][i]: weight
+  // row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
+  static constexpr bool kSwapAB = BM == 16;
+  static constexpr int kSwapBlocks = BN / 64;
   static constexpr int kWarpsM = BM == 16 ? 1 : 4;
   static constexpr int kWarpsN = BM == 16 ? 4 : 2;
   static constexpr int kConsumerWarps = kWarpsM * kWarpsN;
@@ -128,6 +130,32 @@ __device__ __forceinline__ void for_each_acc(F&& f) {
       for (int i = 0; i < 4; ++i) f(mt, nt, i);
 }
 
+// The swapped 16-row wgmmas of one 32-byte K step: m64 block b (weight rows 64 b .., at w + b * 8 KB) into
+// d[2 b], d[2 b + 1] (the tile's rows 0-7 and 8-15); `first`: the stage's first step (d written, not read).
+template <int kBlocks, int NT>
+__device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint32_t w, uint64_t dx, bool first) {
+  static_assert(NT == 2 * kBlocks, "two n8 tiles per m64 block");
+#pragma unroll
+  for (int b = 0; b < kBlocks; ++b) {
+    const uint64_t dw = gmma_desc_sw128(w + b * 64 * 128);
+    if (first) {
+      if (b == 0) wgmma_m64k32_e4m3_first<16, 0>(d, dw, dx);
+      if (b == 1) wgmma_m64k32_e4m3_first<16, 2>(d, dw, dx);
+      if constexpr (kBlocks > 2) {
+        if (b == 2) wgmma_m64k32_e4m3_first<16, 4>(d, dw, dx);
+        if (b == 3) wgmma_m64k32_e4m3_first<16, 6>(d, dw, dx);
+      }
+    } else {
+      if (b == 0) wgmma_m64k32_e4m3<16, 0>(d, dw, dx);
+      if (b == 1) wgmma_m64k32_e4m3<16, 2>(d, dw, dx);
+      if constexpr (kBlocks > 2) {
+        if (b == 2) wgmma_m64k32_e4m3<16, 4>(d, dw, dx);
+        if (b == 3) wgmma_m64k32_e4m3<16, 6>(d, dw, dx);
+      }
+    }
+  }
+}
+
 template <int BM, int BN, bool kGateUp, bool kBlock>
 __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
@@ -187,7 +215,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //    keep session 3's code path, which compiles to session 3's SASS: every restructured variant of it
   //    measured 3-6% slower (runs 4-6), with or without the early loads.
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
-  constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma;
+  constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma || C::kSwapAB;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
   auto tile_of = [&](int it) { return it < items ? a.tiles[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
 
@@ -395,15 +423,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
           const uint64_t dx = gmma_desc_sw128(sa + kk * 32);
-          const uint64_t dw0 = gmma_desc_sw128(sb + kk * 32);
-          const uint64_t dw1 = gmma_desc_sw128(sb + 64 * 128 + kk * 32);
-          if (kk == 0) {
-            wgmma_m64k32_e4m3_first<16, 0>(d[0], dw0, dx);
-            wgmma_m64k32_e4m3_first<16, 2>(d[0], dw1, dx);
-          } else {
-            wgmma_m64k32_e4m3<16, 0>(d[0], dw0, dx);
-            wgmma_m64k32_e4m3<16, 2>(d[0], dw1, dx);
-          }
+          // gate-up: the gate box (BN / 2 rows) is followed by the up box, so block b's rows start at 64 b
+          swap_wgmma_blocks<C::kSwapBlocks>(d[0], sb + kk * 32, dx, kk == 0);
         }
         wgmma_commit();
       } else if constexpr (C::kWgmma) {
@@ -545,7 +566,23 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // runs (two-level accumulation, as block-wise scaling does anyway).
       float p0[C::kMT][C::kNT][4], p1[C::kMT][C::kNT][4];
       auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
-        if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
+        if constexpr (kBlock && C::kSwapAB) {  // tile row (column of D) scale x the block's weight scale
+          const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
+          float sx[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) sx[q] = sc[8 * (q >> 1) + 2 * t4 + (q & 1)];
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt) {
+            // gate-up: blocks [0, kSwapBlocks / 2) are gate rows (scale BM), the rest up rows (BM + 1); down:
+            // one 128-row weight block (BN = 128)
+            const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              wgmma_fence_operand(d[0][nt][i]);
+              acc[0][nt][i] += d[0][nt][i] * (sx[2 * (nt & 1) + (i & 1)] * sw);
+            }
+          }
+        } else if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
           static_assert(!kGateUp, "block-scaled gate-up has two weight scales (gate, up) per stage");
           const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
           const float sw = sc[BM];
@@ -698,16 +735,46 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         if (tid < BM) s_amax[tid] = 0u;
       }
       if constexpr (C::kSwapAB) {
-        // h[0][j][i]: intermediate column n0 + 16 warp + g + 8 (i >> 1) of tile row 8 j + 2 t4 + (i & 1)
-        // (n0 + 64 <= I: I % 64 == 0)
+        // h[0][nt][i], nt = 2 b + j: intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
+        // 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
+        float sx[4] = {a2, a2, a2, a2};  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
+        if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
+          float m[4];
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+          for (int q = 0; q < 4; ++q) {
+            m[q] = 0.f;
+#pragma unroll
+            for (int nt = q >> 1; nt < kHalf; nt += 2)
+#pragma unroll
+              for (int hi = 0; hi < 2; ++hi) m[q] = fmaxf(m[q], fabsf(h[0][nt][2 * hi + (q & 1)]));
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) m[q] = fmaxf(m[q], __shfl_xor_sync(0xffffffffu, m[q], o));
+          }
+          consumer_sync();  // the previous item's reset of s_amax is done
+          if (g == 0) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) atomicMax(&s_amax[8 * (q >> 1) + 2 * t4 + (q & 1)], __float_as_uint(m[q]));
+          }
+          consumer_sync();
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
+            sx[q] = fmaxf(__uint_as_float(s_amax[r]), kActMinAmax) / kActFp8Max;
+            if (warp == 0 && g == 0 && r < rows) {
+              a.act_scale[static_cast<int64_t>(row_begin + r) * (I / kScaleBlock) + n0 / kScaleBlock] = sx[q];
+            }
+          }
+          consumer_sync();  // every row's amax is read before it is cleared for the next task
+          if (tid < BM) s_amax[tid] = 0u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kHalf; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int r = 8 * j + 2 * t4 + (i & 1);
+            const int j = nt & 1, r = 8 * j + 2 * t4 + (i & 1);
             if (r < rows) {
-              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 16 * warp + g + 8 * (i >> 1)] =
-                  __nv_cvt_float_to_fp8(h[0][j][i] / a2, __NV_SATFINITE, __NV_E4M3);
+              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 64 * (nt >> 1) + 16 * warp + g + 8 * (i >> 1)] =
+                  __nv_cvt_float_to_fp8(h[0][nt][i] / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
             }
           }
       } else {
@@ -763,7 +830,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if (rid < 0) continue;
           uint16_t* dst_row = a.y + static_cast<int64_t>(rid) * H;
 #pragma unroll
-          for (int b = 0; b < 2; ++b)
+          for (int b = 0; b < C::kSwapBlocks; ++b)
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi) {
               const int n = n0 + 64 * b + 16 * warp + g + 8 * hi;
