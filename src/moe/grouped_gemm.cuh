@@ -49,7 +49,7 @@ struct MoeGemmConfig {
   static_assert(BN == 128 || BN == 256, "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
-  // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
+  // holds rows 16w..16w+15); 16-row tiles: one warpgroup, operands swapped (kSwapAB below).
   static constexpr bool kWgmma = BM == 64;
   // 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the tile's 16
   // rows), one warpgroup, BN / 64 m64 blocks per stage (gate-up: its gate blocks, then its up blocks, so that a
@@ -210,10 +210,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //  * kPrefetch (per-tensor 64-row tiles): the producer loads each item's tile two items ahead and its token ids
   //    one ahead, the consumers the tile one ahead (2% faster at >= 4096 tokens than loading them at the item's
   //    start; on 16-row tiles it measured 4% slower);
-  //  * kEarlyEpilogue (all but block-scaled 16-row tiles): the consumers load the epilogue's inputs after the
-  //    item's first stage instead of after its last (per-tensor decode 4% faster). Block-scaled 16-row tiles
-  //    keep session 3's code path, which compiles to session 3's SASS: every restructured variant of it
-  //    measured 3-6% slower (runs 4-6), with or without the early loads.
+  //  * kEarlyEpilogue (all tiles since the 16-row tiles run on swapped wgmma, session 11): the consumers load
+  //    the epilogue's inputs after the item's first stage instead of after its last (per-tensor decode 4%
+  //    faster in session 4; the block-scaled 16-row mma.sync tiles then measured 3-6% slower with any
+  //    restructuring and kept loading them at the end).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma || C::kSwapAB;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
@@ -705,7 +705,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
           for (int i = 0; i < 4; ++i) h[mt][nt][i] = silu(acc[mt][nt][i] * out_scale) * (acc[mt][nt + kHalf][i] * out_scale);
       float row_scale[C::kMT][2];
-      if (kBlock) {  // amax per row over this tile's 128 columns: quad, then the kWarpsN warps via shared memory
+      if constexpr (kBlock && !C::kSwapAB) {  // amax per row over 128 columns: quad, then the warps via shared memory
         consumer_sync();  // the previous item's reset of s_amax is done
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt) {
