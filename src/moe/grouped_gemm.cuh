@@ -11,10 +11,11 @@
 //  * gate-up: the A rows are gathered through the routing index (no gather copy) by the producer's lanes with
 //    cp.async, which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
 //    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
-//  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
-//    release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 64-row tiles use wgmma (two consumer warpgroups) instead; with 128 weight rows one stage's wgmma group stays
-//    in flight while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles
+//  * consumers wait on the stage's full barrier, run wgmma on it straight from shared memory (fp32
+//    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
+//  * 16-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 rows per
+//    m64n16k32), one stage's group in flight while the previous stage's sum is added (wait_group 1).
+//  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles
 //    (where the columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the
 //    same by half stages (64 weight rows per warpgroup and wgmma group).
 //  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
@@ -68,8 +69,8 @@ struct MoeGemmConfig {
   static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
   static constexpr int kMT = kWM / 16;
   static constexpr int kNT = kWN / 8;
-  static_assert(kNT % 2 == 0, "n8 blocks come in pairs (one ldmatrix.x4)");
-  static_assert(!kGateUp || kNT % 4 == 0, "gate-up: a warp's gate and up halves are whole ldmatrix pairs");
+  static_assert(!kSwapAB || kNT == 2 * kSwapBlocks, "16-row tiles: two n8 tiles per m64 block");
+  static_assert(!kGateUp || kNT % 4 == 0, "gate-up: a thread's gate and up halves are whole n8 pairs");
   static constexpr int kBK = kTileK;                    // 128 bytes of K per stage = one TMA box row
   static constexpr int kABytes = BM * kBK;
   static constexpr int kStageBytes = (BM + BN) * kBK;   // multiple of 1024: every region stays swizzle-aligned
@@ -210,12 +211,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //  * kPrefetch (per-tensor 64-row tiles): the producer loads each item's tile two items ahead and its token ids
   //    one ahead, the consumers the tile one ahead (2% faster at >= 4096 tokens than loading them at the item's
   //    start; on 16-row tiles it measured 4% slower);
-  //  * kEarlyEpilogue (all tiles since the 16-row tiles run on swapped wgmma, session 11): the consumers load
-  //    the epilogue's inputs after the item's first stage instead of after its last (per-tensor decode 4%
-  //    faster in session 4; the block-scaled 16-row mma.sync tiles then measured 3-6% slower with any
-  //    restructuring and kept loading them at the end).
+  //  * every tile: the consumers load the epilogue's inputs after the item's first stage instead of after its
+  //    last (per-tensor decode 4% faster in session 4).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
-  constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma || C::kSwapAB;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
   auto tile_of = [&](int it) { return it < items ? a.tiles[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
 
@@ -362,24 +360,24 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
   // 64 accumulators + two half partials, as many as a whole-stage partial without the pipeline.
   constexpr bool kHalfPipe = C::kWgmma && BN == 256;
+  static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int kb0, kb1;
     item_range(item, kb0, kb1);
-    // kEarlyEpilogue: the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded
-    // now and after the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
-    int4 tile = make_int4(0, 0, 0, 0);
+    // the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded now and after
+    // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
+    int4 tile;
     if constexpr (kPrefetch) {
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
-    } else if constexpr (kEarlyEpilogue) {
+    } else {
       tile = a.tiles[(item / S) % num_tiles];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
-    int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
     int srow_id[4];  // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
@@ -400,18 +398,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
           srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
         }
-      } else if (!kGateUp && kEarlyEpilogue) {
-#pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-            row_id[mt][hh] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
-          }
       }
     };
-    // Stage `st`'s MMAs into d. wgmma (128-row tiles): d = this stage's product, issued and committed; the
-    // caller waits for the group. mma.sync: d += the product (callers zero d for a stage's own sum).
+    // Stage `st`'s MMAs into d (wgmma: d = this stage's product, issued and committed; the caller waits for the
+    // group).
     auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4]) {
       const uint32_t sb = sa + C::kABytes;
       if constexpr (kHalfPipe) {
@@ -449,36 +439,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
         wgmma_commit();
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          uint32_t af[C::kMT][4];
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt) {
-            const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-          }
-#pragma unroll
-          for (int np = 0; np < C::kNT / 2; ++np) {
-            // gate-up: pairs [0, kNT/4) are this warp's gate rows, the rest its up rows (second box)
-            int base;
-            if (kGateUp) {
-              constexpr int kHalfPairs = C::kNT / 4;
-              base = np < kHalfPairs ? wn * (C::kWN / 2) + np * 16
-                                     : C::kBoxRows + wn * (C::kWN / 2) + (np - kHalfPairs) * 16;
-            } else {
-              base = wn * C::kWN + np * 16;
-            }
-            const int r = base + (lane & 7) + ((lane >> 4) & 1) * 8;
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
-#pragma unroll
-            for (int mt = 0; mt < C::kMT; ++mt) {
-              mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
-              mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
-            }
-          }
-        }
       }
     };
     // waits for stage `st` and starts its MMAs
@@ -628,35 +588,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         retire(p0, step + j);
       }
       step += n;
-    } else {  // 16-row tiles (mma.sync)
-      static_assert(!C::kWgmma, "wgmma tiles take kPipe or kHalfPipe");
-      for (int kt = kb0; kt < kb1; ++kt, ++step) {
-        const int slot = step % C::kStages;
-        mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
-        const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
-        if constexpr (!kBlock) {
-          mma_stage_on(sa, acc);
-        } else {
-          float part[C::kMT][C::kNT][4];
-          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
-          mma_stage_on(sa, part);
-          const float* sc = s_scale + slot * C::kScaleFloats;
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt) {
-            const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
-#pragma unroll
-            for (int nt = 0; nt < C::kNT; ++nt) {
-              const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
-              acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
-              acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
-              acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
-              acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
-            }
-          }
-        }
-        if (kEarlyEpilogue && kt == kb0) load_epilogue_inputs();
-        release(step);
-      }
     }
 
     // ---- end of a work item
@@ -687,10 +618,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         });
       }
       if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
-    }
-    if (!kEarlyEpilogue) {
-      tile = a.tiles[task % num_tiles];
-      load_epilogue_inputs();
     }
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
@@ -837,26 +764,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
               if (n < H) dst_row[n] = static_cast<uint16_t>(pack_bf16x2(acc[0][2 * b + j][2 * hi + q] * out_scale, 0.f));
             }
         }
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < C::kMT; ++mt) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          // block-scaled 16-row tiles load the row id here (see kEarlyEpilogue)
-          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-          if (kEarlyEpilogue ? row_id[mt][hh] < 0 : r >= rows) continue;
-          const int64_t rid = kEarlyEpilogue ? row_id[mt][hh] : a.sorted_rows[row_begin + r];
-          uint16_t* dst_row = a.y + rid * H;
-#pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt) {
-            const int n = n0 + wn * C::kWN + nt * 8 + 2 * t4;
-            if (n < H) {
-              *reinterpret_cast<uint32_t*>(dst_row + n) =
-                  pack_bf16x2(acc[mt][nt][2 * hh] * out_scale, acc[mt][nt][2 * hh + 1] * out_scale);
-            }
-          }
-        }
-      }
     }
     zero_acc();
   }
