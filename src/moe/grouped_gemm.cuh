@@ -15,9 +15,10 @@
 //    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
 //  * 16-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 rows per
 //    m64n16k32), one stage's group in flight while the previous stage's sum is added (wait_group 1).
-//  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles
-//    (where the columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the
-//    same by half stages (64 weight rows per warpgroup and wgmma group).
+//  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
+//    while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles (where the
+//    columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the same by
+//    half stages (64 weight rows per warpgroup and wgmma group).
 //  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
 //    output block in shared memory and store whole row segments (128 or 256 bytes).
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
@@ -761,7 +762,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi) {
               const int n = n0 + 64 * b + 16 * warp + g + 8 * hi;
-              if (n < H) dst_row[n] = static_cast<uint16_t>(pack_bf16x2(acc[0][2 * b + j][2 * hi + q] * out_scale, 0.f));
+              if (n < H) {
+                dst_row[n] = static_cast<uint16_t>(pack_bf16x2(acc[0][2 * b + j][2 * hi + q] * out_scale, 0.f));
+              }
             }
         }
     }
