@@ -44,6 +44,8 @@ __device__ __forceinline__ void wgmma_wait() {
                           HK_WGMMA_ACC4(C, 7)
 #define HK_WGMMA_RW(x) "+f"(x)
 #define HK_WGMMA_W(x) "=f"(x)
+#define HK_WGMMA_ACC8(C) HK_WGMMA_ACC4(C, 0), HK_WGMMA_ACC4(C, 1)
+#define HK_WGMMA_REGS8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define HK_WGMMA_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define HK_WGMMA_REGS64                                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
@@ -51,6 +53,12 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // One m64nNk32 e4m3 wgmma: accumulator constraint C ("+f" or "=f") and scale-d (1: d += A x B^T, 0: d = A x B^T).
 #define HK_WGMMA_E4M3(C, SCALE_D)                                                                                  \
+  if constexpr (N == 16) {                                                                                         \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " HK_WGMMA_REGS8 ", %8, %9, " SCALE_D      \
+                 ", 1, 1;\n"                                                                                       \
+                 : HK_WGMMA_ACC8(C)                                                                                \
+                 : "l"(desc_a), "l"(desc_b));                                                                      \
+  }                                                                                                                \
   if constexpr (N == 32) {                                                                                         \
     asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, " SCALE_D \
                  ", 1, 1;\n"                                                                                       \
@@ -68,7 +76,7 @@ __device__ __forceinline__ void wgmma_wait() {
 // (a chain's first product: wgmma_m64k32_e4m3_first below).
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
+  static_assert(N == 16 || N == 32 || N == 64, "wgmma N: 16, 32 or 64");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_RW, "1")
 }
@@ -77,17 +85,19 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t de
 // does not depend on d's earlier values, so ptxas can keep such chains in flight across loop iterations.
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 32 || N == 64, "wgmma N: 32 or 64");
+  static_assert(N == 16 || N == 32 || N == 64, "wgmma N: 16, 32 or 64");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_W, "0")
 }
 
 #undef HK_WGMMA_E4M3
 #undef HK_WGMMA_ACC4
+#undef HK_WGMMA_ACC8
 #undef HK_WGMMA_ACC32
 #undef HK_WGMMA_ACC64
 #undef HK_WGMMA_RW
 #undef HK_WGMMA_W
+#undef HK_WGMMA_REGS8
 #undef HK_WGMMA_REGS32
 #undef HK_WGMMA_REGS64
 

@@ -11,12 +11,14 @@
 //  * gate-up: the A rows are gathered through the routing index (no gather copy) by the producer's lanes with
 //    cp.async, which arrive on the same full barrier (cp.async.mbarrier.arrive.noinc), as do block-wise scales;
 //    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
-//  * consumers wait on the stage's full barrier, ldmatrix + mma.sync m16n8k32 e4m3 (fp32 accumulators), and
-//    release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 64-row tiles use wgmma (two consumer warpgroups) instead; with 128 weight rows one stage's wgmma group stays
-//    in flight while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles
-//    (where the columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the
-//    same by half stages (64 weight rows per warpgroup and wgmma group).
+//  * consumers wait on the stage's full barrier, run wgmma on it straight from shared memory (fp32
+//    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
+//  * 16-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 rows per
+//    m64n16k32), one stage's group in flight while the previous stage's sum is added (wait_group 1).
+//  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
+//    while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles (where the
+//    columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the same by
+//    half stages (64 weight rows per warpgroup and wgmma group).
 //  * down: the A rows (act, contiguous by sorted slot) arrive by TMA as well; 64-row tiles stage each warp's
 //    output block in shared memory and store whole row segments (128 or 256 bytes).
 // Block-wise scaling accumulates each 128-deep K block separately and adds it scaled by (activation group
@@ -49,8 +51,16 @@ struct MoeGemmConfig {
   static_assert(BN == 128 || BN == 256, "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
-  // holds rows 16w..16w+15); 16-row tiles: four warps of mma.sync m16n8k32, each a quarter of the weight rows.
+  // holds rows 16w..16w+15); 16-row tiles: one warpgroup, operands swapped (kSwapAB below).
   static constexpr bool kWgmma = BM == 64;
+  // 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the tile's 16
+  // rows), one warpgroup, BN / 64 m64 blocks per stage (gate-up: its gate blocks, then its up blocks, so that a
+  // thread holds matching gate and up values; down: the weight rows in order). sm_90 has no FP8 mma.sync: the
+  // m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460 instructions per
+  // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator acc[0][2 b + j][i]: weight
+  // row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
+  static constexpr bool kSwapAB = BM == 16;
+  static constexpr int kSwapBlocks = BN / 64;
   static constexpr int kWarpsM = BM == 16 ? 1 : 4;
   static constexpr int kWarpsN = BM == 16 ? 4 : 2;
   static constexpr int kConsumerWarps = kWarpsM * kWarpsN;
@@ -60,8 +70,8 @@ struct MoeGemmConfig {
   static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
   static constexpr int kMT = kWM / 16;
   static constexpr int kNT = kWN / 8;
-  static_assert(kNT % 2 == 0, "n8 blocks come in pairs (one ldmatrix.x4)");
-  static_assert(!kGateUp || kNT % 4 == 0, "gate-up: a warp's gate and up halves are whole ldmatrix pairs");
+  static_assert(!kSwapAB || kNT == 2 * kSwapBlocks, "16-row tiles: two n8 tiles per m64 block");
+  static_assert(!kGateUp || kNT % 4 == 0, "gate-up: a thread's gate and up halves are whole n8 pairs");
   static constexpr int kBK = kTileK;                    // 128 bytes of K per stage = one TMA box row
   static constexpr int kABytes = BM * kBK;
   static constexpr int kStageBytes = (BM + BN) * kBK;   // multiple of 1024: every region stays swizzle-aligned
@@ -122,6 +132,32 @@ __device__ __forceinline__ void for_each_acc(F&& f) {
       for (int i = 0; i < 4; ++i) f(mt, nt, i);
 }
 
+// The swapped 16-row wgmmas of one 32-byte K step: m64 block b (weight rows 64 b .., at w + b * 8 KB) into
+// d[2 b], d[2 b + 1] (the tile's rows 0-7 and 8-15); `first`: the stage's first step (d written, not read).
+template <int kBlocks, int NT>
+__device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint32_t w, uint64_t dx, bool first) {
+  static_assert(NT == 2 * kBlocks, "two n8 tiles per m64 block");
+#pragma unroll
+  for (int b = 0; b < kBlocks; ++b) {
+    const uint64_t dw = gmma_desc_sw128(w + b * 64 * 128);
+    if (first) {
+      if (b == 0) wgmma_m64k32_e4m3_first<16, 0>(d, dw, dx);
+      if (b == 1) wgmma_m64k32_e4m3_first<16, 2>(d, dw, dx);
+      if constexpr (kBlocks > 2) {
+        if (b == 2) wgmma_m64k32_e4m3_first<16, 4>(d, dw, dx);
+        if (b == 3) wgmma_m64k32_e4m3_first<16, 6>(d, dw, dx);
+      }
+    } else {
+      if (b == 0) wgmma_m64k32_e4m3<16, 0>(d, dw, dx);
+      if (b == 1) wgmma_m64k32_e4m3<16, 2>(d, dw, dx);
+      if constexpr (kBlocks > 2) {
+        if (b == 2) wgmma_m64k32_e4m3<16, 4>(d, dw, dx);
+        if (b == 3) wgmma_m64k32_e4m3<16, 6>(d, dw, dx);
+      }
+    }
+  }
+}
+
 template <int BM, int BN, bool kGateUp, bool kBlock>
 __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
@@ -176,12 +212,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //  * kPrefetch (per-tensor 64-row tiles): the producer loads each item's tile two items ahead and its token ids
   //    one ahead, the consumers the tile one ahead (2% faster at >= 4096 tokens than loading them at the item's
   //    start; on 16-row tiles it measured 4% slower);
-  //  * kEarlyEpilogue (all but block-scaled 16-row tiles): the consumers load the epilogue's inputs after the
-  //    item's first stage instead of after its last (per-tensor decode 4% faster). Block-scaled 16-row tiles
-  //    keep session 3's code path, which compiles to session 3's SASS: every restructured variant of it
-  //    measured 3-6% slower (runs 4-6), with or without the early loads.
+  //  * every tile: the consumers load the epilogue's inputs after the item's first stage instead of after its
+  //    last (per-tensor decode 4% faster in session 4).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
-  constexpr bool kEarlyEpilogue = !kBlock || C::kWgmma;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
   auto tile_of = [&](int it) { return it < items ? a.tiles[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
 
@@ -322,30 +355,31 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // 64-row tiles with 128 weight rows keep one stage's wgmmas in flight while the previous stage's sum is added
   // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) have no room for two
   // more whole partial tiles: kHalfPipe.
-  constexpr bool kPipe = C::kWgmma && BN == 128;
+  constexpr bool kPipe = (C::kWgmma && BN == 128) || C::kSwapAB;
   // 256-row tiles pipeline by half stages instead: a warpgroup's stage is two wgmma groups of 64 weight rows
   // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
   // 64 accumulators + two half partials, as many as a whole-stage partial without the pipeline.
   constexpr bool kHalfPipe = C::kWgmma && BN == 256;
+  static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int kb0, kb1;
     item_range(item, kb0, kb1);
-    // kEarlyEpilogue: the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded
-    // now and after the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
-    int4 tile = make_int4(0, 0, 0, 0);
+    // the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded now and after
+    // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
+    int4 tile;
     if constexpr (kPrefetch) {
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
-    } else if constexpr (kEarlyEpilogue) {
+    } else {
       tile = a.tiles[(item / S) % num_tiles];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
-    int row_id[C::kMT][2];  // down: each of this thread's output rows' id (token * top_k + k), -1 past the tile
+    int srow_id[4];  // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
@@ -359,22 +393,31 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const int r = wm * C::kWM + (lane + 32 * j) / C::kOutRowChunks;
           out_rid[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
         }
-      } else if (!kGateUp && kEarlyEpilogue) {
+      } else if constexpr (!kGateUp && C::kSwapAB) {
 #pragma unroll
-        for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-            row_id[mt][hh] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
-          }
+        for (int q = 0; q < 4; ++q) {
+          const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
+          srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+        }
       }
     };
-    // Stage `st`'s MMAs into d. wgmma (128-row tiles): d = this stage's product, issued and committed; the
-    // caller waits for the group. mma.sync: d += the product (callers zero d for a stage's own sum).
+    // Stage `st`'s MMAs into d (wgmma: d = this stage's product, issued and committed; the caller waits for the
+    // group).
     auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4]) {
       const uint32_t sb = sa + C::kABytes;
       if constexpr (kHalfPipe) {
         // unused: 256-row tiles issue their stages by halves (below)
+      } else if constexpr (C::kSwapAB) {
+        // d[0][2 b + j]: m64 block b (weight rows 64 b ..; gate-up: b = 0 gate, 1 up), tile rows 8 j ..
+        if constexpr (!C::kTmaA) fence_proxy_async_shared();  // the tile rows arrived by cp.async
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+          const uint64_t dx = gmma_desc_sw128(sa + kk * 32);
+          // gate-up: the gate box (BN / 2 rows) is followed by the up box, so block b's rows start at 64 b
+          swap_wgmma_blocks<C::kSwapBlocks>(d[0], sb + kk * 32, dx, kk == 0);
+        }
+        wgmma_commit();
       } else if constexpr (C::kWgmma) {
         // gate-up: the warpgroup's gate rows (first box) and the matching up rows (second box) go to the first
         // and second halves of its n8 tiles, as the epilogue expects; down: one wgmma over its kWN rows.
@@ -397,36 +440,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
         wgmma_commit();
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          uint32_t af[C::kMT][4];
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt) {
-            const int r = wm * C::kWM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(sa + swz(r, kk * 2 + (lane >> 4)), af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-          }
-#pragma unroll
-          for (int np = 0; np < C::kNT / 2; ++np) {
-            // gate-up: pairs [0, kNT/4) are this warp's gate rows, the rest its up rows (second box)
-            int base;
-            if (kGateUp) {
-              constexpr int kHalfPairs = C::kNT / 4;
-              base = np < kHalfPairs ? wn * (C::kWN / 2) + np * 16
-                                     : C::kBoxRows + wn * (C::kWN / 2) + (np - kHalfPairs) * 16;
-            } else {
-              base = wn * C::kWN + np * 16;
-            }
-            const int r = base + (lane & 7) + ((lane >> 4) & 1) * 8;
-            uint32_t b0, b1, b2, b3;
-            ldmatrix_x4(sb + swz(r, kk * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
-#pragma unroll
-            for (int mt = 0; mt < C::kMT; ++mt) {
-              mma_e4m3(d[mt][2 * np], af[mt], b0, b1);
-              mma_e4m3(d[mt][2 * np + 1], af[mt], b2, b3);
-            }
-          }
-        }
       }
     };
     // waits for stage `st` and starts its MMAs
@@ -514,7 +527,23 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // runs (two-level accumulation, as block-wise scaling does anyway).
       float p0[C::kMT][C::kNT][4], p1[C::kMT][C::kNT][4];
       auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
-        if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
+        if constexpr (kBlock && C::kSwapAB) {  // tile row (column of D) scale x the block's weight scale
+          const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
+          float sx[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) sx[q] = sc[8 * (q >> 1) + 2 * t4 + (q & 1)];
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt) {
+            // gate-up: blocks [0, kSwapBlocks / 2) are gate rows (scale BM), the rest up rows (BM + 1); down:
+            // one 128-row weight block (BN = 128)
+            const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              wgmma_fence_operand(d[0][nt][i]);
+              acc[0][nt][i] += d[0][nt][i] * (sx[2 * (nt & 1) + (i & 1)] * sw);
+            }
+          }
+        } else if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
           static_assert(!kGateUp, "block-scaled gate-up has two weight scales (gate, up) per stage");
           const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
           const float sw = sc[BM];
@@ -560,35 +589,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         retire(p0, step + j);
       }
       step += n;
-    } else {  // 16-row tiles (mma.sync)
-      static_assert(!C::kWgmma, "wgmma tiles take kPipe or kHalfPipe");
-      for (int kt = kb0; kt < kb1; ++kt, ++step) {
-        const int slot = step % C::kStages;
-        mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
-        const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
-        if constexpr (!kBlock) {
-          mma_stage_on(sa, acc);
-        } else {
-          float part[C::kMT][C::kNT][4];
-          for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) { part[mt][nt][i] = 0.f; });
-          mma_stage_on(sa, part);
-          const float* sc = s_scale + slot * C::kScaleFloats;
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt) {
-            const float sa0 = sc[wm * C::kWM + mt * 16 + g], sa1 = sc[wm * C::kWM + mt * 16 + g + 8];
-#pragma unroll
-            for (int nt = 0; nt < C::kNT; ++nt) {
-              const float sw = sc[BM + ((kGateUp && nt >= C::kNT / 2) ? 1 : 0)];
-              acc[mt][nt][0] += part[mt][nt][0] * (sa0 * sw);
-              acc[mt][nt][1] += part[mt][nt][1] * (sa0 * sw);
-              acc[mt][nt][2] += part[mt][nt][2] * (sa1 * sw);
-              acc[mt][nt][3] += part[mt][nt][3] * (sa1 * sw);
-            }
-          }
-        }
-        if (kEarlyEpilogue && kt == kb0) load_epilogue_inputs();
-        release(step);
-      }
     }
 
     // ---- end of a work item
@@ -620,10 +620,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
     }
-    if (!kEarlyEpilogue) {
-      tile = a.tiles[task % num_tiles];
-      load_epilogue_inputs();
-    }
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
     const int n0 = (task / num_tiles) * cols_per_task;
@@ -637,7 +633,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
           for (int i = 0; i < 4; ++i) h[mt][nt][i] = silu(acc[mt][nt][i] * out_scale) * (acc[mt][nt + kHalf][i] * out_scale);
       float row_scale[C::kMT][2];
-      if (kBlock) {  // amax per row over this tile's 128 columns: quad, then the kWarpsN warps via shared memory
+      if constexpr (kBlock && !C::kSwapAB) {  // amax per row over 128 columns: quad, then the warps via shared memory
         consumer_sync();  // the previous item's reset of s_amax is done
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt) {
@@ -666,6 +662,50 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         consumer_sync();  // every row's amax is read before it is cleared for the next task
         if (tid < BM) s_amax[tid] = 0u;
       }
+      if constexpr (C::kSwapAB) {
+        // h[0][nt][i], nt = 2 b + j: intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
+        // 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
+        float sx[4] = {a2, a2, a2, a2};  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
+        if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
+          float m[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            m[q] = 0.f;
+#pragma unroll
+            for (int nt = q >> 1; nt < kHalf; nt += 2)
+#pragma unroll
+              for (int hi = 0; hi < 2; ++hi) m[q] = fmaxf(m[q], fabsf(h[0][nt][2 * hi + (q & 1)]));
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) m[q] = fmaxf(m[q], __shfl_xor_sync(0xffffffffu, m[q], o));
+          }
+          consumer_sync();  // the previous item's reset of s_amax is done
+          if (g == 0) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) atomicMax(&s_amax[8 * (q >> 1) + 2 * t4 + (q & 1)], __float_as_uint(m[q]));
+          }
+          consumer_sync();
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
+            sx[q] = fmaxf(__uint_as_float(s_amax[r]), kActMinAmax) / kActFp8Max;
+            if (warp == 0 && g == 0 && r < rows) {
+              a.act_scale[static_cast<int64_t>(row_begin + r) * (I / kScaleBlock) + n0 / kScaleBlock] = sx[q];
+            }
+          }
+          consumer_sync();  // every row's amax is read before it is cleared for the next task
+          if (tid < BM) s_amax[tid] = 0u;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kHalf; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int j = nt & 1, r = 8 * j + 2 * t4 + (i & 1);
+            if (r < rows) {
+              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 64 * (nt >> 1) + 16 * warp + g + 8 * (i >> 1)] =
+                  __nv_cvt_float_to_fp8(h[0][nt][i] / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
+            }
+          }
+      } else {
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt) {
 #pragma unroll
@@ -686,6 +726,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
       }
+      }  // 16-row mma.sync and 64-row tiles
     } else if constexpr (C::kStagedOut) {
       uint8_t* blk = s_out + warp * C::kOutWarpBytes;  // this warp's rows wm * kWM.., columns wn * kWN..
       __syncwarp();  // every lane has stored the previous item's block
@@ -707,26 +748,25 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
               *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);
         }
       }
-    } else {
+    } else if constexpr (C::kSwapAB) {
+      // acc[0][2 b + j][i]: output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row 8 j + 2 t4 + (i & 1)
 #pragma unroll
-      for (int mt = 0; mt < C::kMT; ++mt) {
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          // block-scaled 16-row tiles load the row id here (see kEarlyEpilogue)
-          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-          if (kEarlyEpilogue ? row_id[mt][hh] < 0 : r >= rows) continue;
-          const int64_t rid = kEarlyEpilogue ? row_id[mt][hh] : a.sorted_rows[row_begin + r];
-          uint16_t* dst_row = a.y + rid * H;
+        for (int q = 0; q < 2; ++q) {
+          const int rid = srow_id[2 * j + q];
+          if (rid < 0) continue;
+          uint16_t* dst_row = a.y + static_cast<int64_t>(rid) * H;
 #pragma unroll
-          for (int nt = 0; nt < C::kNT; ++nt) {
-            const int n = n0 + wn * C::kWN + nt * 8 + 2 * t4;
-            if (n < H) {
-              *reinterpret_cast<uint32_t*>(dst_row + n) =
-                  pack_bf16x2(acc[mt][nt][2 * hh] * out_scale, acc[mt][nt][2 * hh + 1] * out_scale);
+          for (int b = 0; b < C::kSwapBlocks; ++b)
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+              const int n = n0 + 64 * b + 16 * warp + g + 8 * hi;
+              if (n < H) {
+                dst_row[n] = static_cast<uint16_t>(pack_bf16x2(acc[0][2 * b + j][2 * hi + q] * out_scale, 0.f));
+              }
             }
-          }
         }
-      }
     }
     zero_acc();
   }

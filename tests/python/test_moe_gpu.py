@@ -13,7 +13,7 @@ import torch
 
 import hopperkit
 from hopperkit import _core
-from hopperkit.reference import fp8_quantize_reference, fused_moe_reference
+from hopperkit.reference import fp8_quantize_reference, fused_moe_reference, moe_reference_from_kernel_codes
 
 pytestmark = pytest.mark.gpu
 
@@ -65,6 +65,16 @@ def half_local_expert_map(perm):
     return E, expert_map
 
 
+def check_close(out, ref, fro_tol, max_tol, what):
+    """Relative Frobenius error below fro_tol and largest error below max_tol of max |ref|."""
+    err = (out.float() - ref).abs()
+    scale = ref.abs().max().clamp_min(1e-3)
+    rel_fro = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+    assert rel_fro < fro_tol, f"relative Frobenius error {rel_fro:.3e} ({what})"
+    assert (err.max() / scale).item() < max_tol, (f"max error {err.max().item():.3e} of max |ref| "
+                                                  f"{scale.item():.3e} ({what})")
+
+
 def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=False, shared=False, seed=0,
              check_repeat=False, invalid_ids=False, fp8_row_pad=0):
     gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + seed)
@@ -100,12 +110,14 @@ def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=Fa
     ref = fused_moe_reference(hidden, ids, tw, w13, w2, s13, s2, **kw)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all(), "non-finite output"
-    err = (out.float() - ref).abs()
-    scale = ref.abs().max().clamp_min(1e-3)
-    rel_fro = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
-    # Allowed: a few activation codes one FP8 step apart (fp32 sums in another order) and bf16 rounding.
-    assert rel_fro < 1e-2, f"relative Frobenius error {rel_fro:.3e}"
-    assert (err.max() / scale).item() < 4e-2, f"max error {err.max().item():.3e} of max |ref| {scale.item():.3e}"
+    check_close(out, ref, 5e-2, 1e-1, "end to end")
+    # Tight: the activation codes the kernel left in the workspace, each at most one FP8 step from the
+    # reference's and fewer than 2% different (its gate-up sums on FP8 tensor cores keep fewer bits than
+    # float32, and a code near a rounding boundary may round the other way: with few tokens one such code moves
+    # a row by more than 1e-2), then the rest of the computation from those codes.
+    ref_k = moe_reference_from_kernel_codes(ws, hidden, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2,
+                                            hidden_scale=hidden_scale, shared_output=shared_out)
+    check_close(out, ref_k, 1e-2, 4e-2, "from the kernel's activation codes")
     if check_repeat:
         out2 = torch.full_like(out, float("nan"))
         hopperkit.fused_moe(hidden, ids, tw, w13, w2, s13, s2, out=out2, workspace=ws, **kw)
@@ -343,8 +355,8 @@ def test_cuda_graph_routing_changes_between_replays():
         x.copy_(torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16))
         out.fill_(float("nan"))
         g.replay()
-        ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2)
         torch.cuda.synchronize()
+        ref = moe_reference_from_kernel_codes(ws, x, ids, tw, w13, w2, s13, s2)  # checks the codes first
         rel = ((out.float() - ref).norm() / ref.norm()).item()
         assert rel < 1e-2, f"{kind}: relative error {rel:.3e} after replay"
 
@@ -363,7 +375,8 @@ def test_opcheck_and_compile():
         return hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, workspace=ws)
 
     got = f(x, ids, tw)
-    ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2)
+    torch.cuda.synchronize()
+    ref = moe_reference_from_kernel_codes(ws, x, ids, tw, w13, w2, s13, s2)
     assert ((got.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
