@@ -218,7 +218,8 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
     Why: an FP8 code of SiLU(gate) * up whose value lies near a rounding boundary may round the other way in
     the kernel (its gate-up sums, on FP8 tensor cores, keep fewer bits than float32), and with few tokens one
     such code moves an output row by more than 1e-2 relative. So the codes are checked on their own (each at
-    most one FP8 step from the reference's, fewer than `max_code_diff_fraction` of them different; block-wise:
+    most one FP8 step from the reference's, at most `max_code_diff_fraction` of the distinct rows' codes different
+    plus three standard deviations of that count; block-wise:
     the group scales within 2e-3), and the rest of the computation (down projection, bf16 rounding per row,
     top-k weighted sum, shared output) is compared from the kernel's own codes. Raises AssertionError naming
     the check that failed."""
@@ -250,8 +251,13 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
         if over.any():
             raise AssertionError(f"expert {e}: {int(over.sum())} activation codes beyond one FP8 step of the "
                                  f"reference, e.g. {act[over][:4].tolist()} vs {r[over][:4].tolist()}")
-        differ += int((act != r).sum())
-        total += act.numel()
+        # count each distinct (token, expert) row once: routing may repeat a pair (all top-k on one expert),
+        # and the copies carry the same codes, which would multiply one rounding flip
+        seen = set()
+        keep = [t not in seen and not seen.add(t) for t in tok.tolist()]
+        keep = torch.tensor(keep, dtype=torch.bool, device=act.device)
+        differ += int((act[keep] != r[keep]).sum())
+        total += int(keep.sum()) * act.shape[1]
         if block:
             ks = v["act_scale"][off[e]:off[e + 1]]
             rel = ((ks - hs).abs() / hs).max().item()
@@ -262,8 +268,11 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
             ad = act * a2_scale.float()
         y = (ad @ w2e.T).to(torch.bfloat16).to(torch.float32)
         out.index_add_(0, tok, y * topk_weights[tok, kk].unsqueeze(1).float())
-    if total and differ > max_code_diff_fraction * total:
-        raise AssertionError(f"{differ} of {total} activation codes differ from the reference")
+    # a rounding flip is a rare independent event per code: allow the expected count plus three standard
+    # deviations, so a small case (one token: 256 codes) is not failed by chance
+    allowed = max_code_diff_fraction * total + 3.0 * (max_code_diff_fraction * total) ** 0.5
+    if total and differ > allowed:
+        raise AssertionError(f"{differ} of {total} activation codes differ from the reference (allowed {allowed:.0f})")
     if shared_output is not None:
         out += shared_output.float()
     return out

@@ -243,7 +243,7 @@ def test_moe_reference_from_kernel_codes(block):
     with pytest.raises(AssertionError, match="beyond one FP8 step"):
         moe_reference_from_kernel_codes(ws, *args, **kw)
     act[0, c] -= 2
-    n = int(0.025 * act.numel() / 2) + 1  # one step each, 2.5% of the codes in all
+    n = int(0.04 * act.numel() / 2) + 1  # one step each, 4% of the codes in all (2% + 3 sigma allowed: 2.9%)
     cols = [steppable(r)[:n] for r in (0, 1)]
     for r in (0, 1):
         act[r, cols[r]] += 1
