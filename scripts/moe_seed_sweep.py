@@ -4,6 +4,8 @@ outputs, repeated runs that differ, errors far above the tolerance).
 
     python3 scripts/moe_seed_sweep.py [--seeds 300] [--tokens 1,7] [--kinds uniform,skewed,sparse,one_expert]
                                       [--block 0]
+    python3 scripts/moe_seed_sweep.py --stages 20     # the stage-by-stage and chunked-index tests over 20 run
+                                                      # seeds (set HOPPERKIT_MOE_INDEX=chunks to force chunks)
 
 Needs an sm_90 GPU and the installed package (run after scripts/gpu_round.sh). Prints one line per
 (tokens, kind): cases, failures by message, how many passing cases still had an end-to-end relative
@@ -27,10 +29,15 @@ def main() -> int:
     ap.add_argument("--tokens", default="1,7")
     ap.add_argument("--kinds", default="uniform,skewed,sparse,one_expert")
     ap.add_argument("--block", type=int, default=0, help="1: block-wise scaling, 0: per-tensor")
+    ap.add_argument("--stages", type=int, default=0,
+                    help="n > 0: run test_stages_match_reference and test_routing_index_across_chunks under n "
+                         "run seeds instead, printing each failure with its seed")
     args = ap.parse_args()
     os.environ.setdefault("HK_TEST_SEED", "0")
     import torch
     import test_moe_gpu as t  # the tests' own case builder and checks
+    if args.stages:
+        return stage_sweep(t, args.stages)
 
     block = bool(args.block)
     total_fail = 0
@@ -56,6 +63,25 @@ def main() -> int:
                   f"largest end-to-end rel. Frobenius error {worst:.3e}")
     torch.cuda.synchronize()
     print(f"moe_seed_sweep: {total_fail} failed")
+    return 0
+
+
+def stage_sweep(t, seeds: int) -> int:
+    cases = [("stages", (T, block)) for T in t.STAGE_TOKENS for block in (False, True)]
+    cases += [("chunks", c) for c in t.INDEX_CHUNK_CASES]
+    fails = collections.Counter()
+    for seed in range(1, seeds + 1):
+        t.RUN_SEED = seed  # the tests read it when they build their inputs
+        for name, c in cases:
+            fn = t.test_stages_match_reference if name == "stages" else t.test_routing_index_across_chunks
+            try:
+                fn(*c)
+            except AssertionError as e:
+                fails[(name, c)] += 1
+                print(f"seed {seed} {name} {c}: {str(e).splitlines()[0][:300]}")
+    print(f"moe_seed_sweep --stages: {seeds} seeds x {len(cases)} cases, {sum(fails.values())} failed "
+          f"{dict((f'{k[0]}{k[1]}', v) for k, v in fails.items())} (HOPPERKIT_MOE_INDEX="
+          f"{os.environ.get('HOPPERKIT_MOE_INDEX', 'default')})")
     return 0
 
 

@@ -254,7 +254,7 @@ def check_index_path(v, rows, E_local, E_global, counts, dropped):
     min_local = _core._C.MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS
     chunked = INDEX_MODE == "chunks" or (INDEX_MODE != "one" and rows * E_local >= min_local * E_global)
     if chunked:
-        assert torch.equal(hist[:, :E_local].sum(0).long(), counts.long())
+        assert torch.equal(hist[:, :E_local].sum(0).long(), counts.long()), "chunk histograms do not sum to the counts"
         assert int(hist[:, E_local].sum()) == dropped
     else:
         assert bool((hist == -1).all()), "one-CTA index build wrote the chunk histograms"
@@ -310,13 +310,13 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     counts = torch.bincount(local[local >= 0], minlength=E)
     off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")
     off[1:] = counts.cumsum(0)
-    assert torch.equal(v["expert_offset"].long(), off)
+    assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
     assert int(v["dropped"]) == int((local < 0).sum())
     check_index_path(v, T * K, E, E_global, counts, int((local < 0).sum()))
     bm = 16 if T * K / E_global <= 16 else 64
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
-    assert int(v["num_tiles"]) == n_tiles
+    assert int(v["num_tiles"]) == n_tiles, f"num_tiles {int(v['num_tiles'])} != {n_tiles}"
     want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E)
             for i in range(int(tiles_per[e]))]
     assert [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()] == want
@@ -428,24 +428,25 @@ def test_stages_match_reference(T, block):
     counts = torch.bincount(ids.flatten().long(), minlength=E)
     off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")
     off[1:] = counts.cumsum(0)
-    assert torch.equal(v["expert_offset"].long(), off)
+    assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
-    assert int(v["num_tiles"]) == n_tiles and int(v["dropped"]) == 0
+    assert int(v["num_tiles"]) == n_tiles and int(v["dropped"]) == 0, \
+        f"num_tiles {int(v['num_tiles'])} (want {n_tiles}), dropped {int(v['dropped'])}"
     check_index_path(v, T * K, E, E, counts, 0)
     want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E)
             for i in range(int(tiles_per[e]))]
     got = [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()]
-    assert got == want
+    assert got == want, "tile list"
     sorted_rows = v["sorted_rows"].long()
     for e in range(E):
         seg = sorted_rows[off[e]:off[e + 1]].sort().values
         assert torch.equal(seg, torch.nonzero(ids.flatten() == e).flatten()), f"expert {e} rows"
     # input codes, bitwise
     xq, xs = fp8_quantize_reference(x.float(), None if block else kw["a13_scale"])
-    assert torch.equal(v["xq"].view(torch.uint8), xq.view(torch.uint8))
+    assert torch.equal(v["xq"].view(torch.uint8), xq.view(torch.uint8)), "input codes not bitwise equal"
     if block:
-        assert torch.equal(v["xq_scale"], xs)
+        assert torch.equal(v["xq_scale"], xs), "input group scales not equal"
     xd = xq.float() * (xs.repeat_interleave(128, -1) if block else xs)
     # SiLU(gate) * up codes per sorted row
     tok = sorted_rows // K
@@ -474,7 +475,7 @@ def test_stages_match_reference(T, block):
     assert differ.float().mean().item() < 2e-2, f"{differ.sum().item()} of {differ.numel()} activation codes differ"
     if block:
         sc = v["act_scale"][:sorted_rows.numel()]
-        assert ((sc - hs).abs() / hs).max().item() < 2e-3
+        assert ((sc - hs).abs() / hs).max().item() < 2e-3, "activation group scales"
     # down projection from the kernel's own codes, stored per row id
     ad = act.float() * (v["act_scale"][:sorted_rows.numel()].repeat_interleave(128, -1) if block
                         else kw["a2_scale"])
