@@ -193,15 +193,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
-  // Down, 16-row (decode) tiles: its weights do not depend on the gate-up grid it follows (only its A operand, act, does), so the
-  // producer issues the weight boxes of its first kStages stages before waiting for that grid: a CTA that
-  // becomes resident while gate-up CTAs still run streams weights during their tail. The tile list it needs
-  // comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before this grid was
-  // launched (PDL trigger after that wait; this holds because the down grid is only ever launched right after
-  // the gate-up grid, see fused_moe() in fused_moe.cpp). Each stage's expect_tx covers the weights and the A
-  // box (TMA); the A rows follow after the wait (the main loop below skips the first pre_steps stages' weights).
-  // Not for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the 256-row down kernel
-  // would spill 4 bytes).
+  // Down, 16-row (decode) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
+  // act, does), so the producer issues the weight boxes of its first kStages stages before waiting for that
+  // grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
+  // list it needs comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before
+  // this grid was launched (PDL trigger after that wait; this holds because the down grid is only ever launched
+  // right after the gate-up grid, see fused_moe() in fused_moe.cpp). Each stage's expect_tx covers the weights
+  // and the A box (TMA); the A rows follow after the wait (the main loop below skips the first pre_steps
+  // stages' weights). Not for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the
+  // 256-row down kernel would spill 4 bytes).
   constexpr bool kEarlyWeights = !kGateUp && BM == 16;
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
