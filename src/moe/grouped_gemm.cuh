@@ -193,6 +193,38 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
+  // Down, 16-row (decode) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
+  // act, does), so the producer issues the weight boxes of its first kStages stages before waiting for that
+  // grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
+  // list it needs comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before
+  // this grid was launched (PDL trigger after that wait; this holds because the down grid is only ever launched
+  // right after the gate-up grid, see fused_moe() in fused_moe.cpp). Each stage's expect_tx covers the weights
+  // and the A box (TMA); the A rows follow after the wait (the main loop below skips the first pre_steps
+  // stages' weights). Not for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the
+  // 256-row down kernel would spill 4 bytes).
+  constexpr bool kEarlyWeights = !kGateUp && BM == 16;
+  int pre_steps = 0;
+  if constexpr (kEarlyWeights) {
+    __syncthreads();  // barriers initialised
+    if (producer && lane == 0) {
+      const int nt0 = __ldcg(a.counters);
+      const int tasks0 = nt0 * n_blocks;
+      const int S0 = BM == 16 && a.allow_split ? split_k_slices(tasks0, gridDim.x, nk, a.allow_split) : 1;
+      const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
+      for (int item = blockIdx.x; item < tasks0 * S0 && pre_steps < C::kStages; item += gridDim.x) {
+        const int task = item / S0, slice = item % S0;
+        const int e = __ldcg(&a.tiles[task % nt0].x);
+        const int n0 = (task / nt0) * cols_per_task;
+        for (int kt = slice * nk / S0; kt < (slice + 1) * nk / S0 && pre_steps < C::kStages; ++kt, ++pre_steps) {
+          const int slot = pre_steps;  // < kStages: no wait for a free slot
+          uint8_t* sb = smem + slot * C::kStageBytes + C::kABytes;
+          mbar_arrive_expect_tx(&full[slot], C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
+          tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);
+        }
+      }
+    }
+    pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);  // per warp: the producer's lanes learn it from lane 0
+  }
   grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
   launch_dependents();
   const int num_tiles = a.counters[0];
@@ -300,9 +332,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         uint8_t* sa = smem + slot * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
         if (lane == 0) {
-          mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
+          const bool weights_issued = kEarlyWeights && step < pre_steps;  // before the wait (above)
+          if (!weights_issued) {
+            mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
+          }
           if (C::kTmaA) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
-          if (kGateUp) {
+          if (weights_issued) {
+          } else if (kGateUp) {
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);                   // gate rows
             tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[slot], kt * C::kBK, I + n0, e, 0, policy);  // up
           } else {
