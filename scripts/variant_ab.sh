@@ -9,7 +9,8 @@
 #          [--tests EXPR] --variant NAME [--variant NAME]...
 #   variant NAME's files are under ab_variants/NAME/ at their repository paths (scripts/make_variant.sh writes
 #   them from a branch); ab_variants/ is git-ignored: pass it in the device call's `carry`.
-# $OUT gets variant_ab_<bench>.json (every run's rows and test summary). Prints per-point time ratios against
+# $OUT gets variant_ab_<bench>.json (every run's rows and test summary), and failed_<run>*.log for a run
+# whose build or tests failed. Prints per-point time ratios against
 # the baseline; for prologue_bench also the ratio of the same-bytes copy kernel's times (the device-speed
 # control: it should stay near 1.000 within a call). The tree is restored at the end.
 # Time: ~20 s per build, plus the selected tests and the benchmark per run.
@@ -50,13 +51,19 @@ measure() {  # $1: run name; builds and installs the tree as it is now, runs the
     echo "== $name (dry): $(cat src/prologue/*.cuh src/moe/*.cuh 2>/dev/null | md5sum | cut -c1-8)"; return
   fi
   echo "== $name: build"
-  if ! OUT=$(mktemp -d) bash scripts/gpu_round.sh --no-bench --tests "${TESTS:-variant_ab_selects_no_test}" \
+  mkdir -p "$TMP/out_$name"
+  if ! OUT="$TMP/out_$name" bash scripts/gpu_round.sh --no-bench --tests "${TESTS:-variant_ab_selects_no_test}" \
       > "$TMP/build_$name.log" 2>&1; then
-    tail -20 "$TMP/build_$name.log"; echo "   build failed: no benchmark under $name"; return
+    tail -20 "$TMP/build_$name.log"; cp "$TMP/build_$name.log" "$OUT/failed_$name.log"
+    echo "   build failed: no benchmark under $name (log: failed_$name.log)"; return
   fi
   grep -E "built:|GPU tests" "$TMP/build_$name.log" | head -3
   if [ -n "$TESTS" ] && ! grep -qE "GPU tests: [0-9]+ passed, 0 failed" "$TMP/build_$name.log"; then
-    grep -E "^(FAILED|ERROR)" "$TMP/build_$name.log" | head -5; echo "   tests failed: no benchmark under $name"; return
+    grep -E "^(FAILED|ERROR)" "$TMP/build_$name.log" | head -5
+    # the whole test log (assertion messages, the run's HK_TEST_SEED) comes back with the results
+    cp "$TMP/build_$name.log" "$OUT/failed_$name.log"
+    for f in tests.log; do [ -f "$TMP/out_$name/$f" ] && cp "$TMP/out_$name/$f" "$OUT/failed_${name}_$f"; done
+    echo "   tests failed: no benchmark under $name (logs: failed_$name*.log)"; return
   fi
   grep -E "GPU tests" "$TMP/build_$name.log" | tail -1 > "$TMP/tests_$name.txt"
   echo "== $name: $BENCH $BARGS"
