@@ -204,6 +204,24 @@ def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
     return out
 
 
+def check_activation_codes(act: torch.Tensor, ref: torch.Tensor, what: str = "") -> int:
+    """Checks FP8 activation codes a kernel formed (`act`, as float32) against the reference's (`ref`): each
+    at most one FP8 step away (1/8 of the value; near zero, where e4m3 codes are dense, 0.25 code units).
+    Raises AssertionError otherwise; returns how many codes differ at all (see `allowed_code_differences`)."""
+    over = (act - ref).abs() > 0.125 * ref.abs() + 0.25
+    if over.any():
+        raise AssertionError(f"{what}{int(over.sum())} activation codes beyond one FP8 step of the reference, "
+                             f"e.g. {act[over][:4].tolist()} vs {ref[over][:4].tolist()}")
+    return int((act != ref).sum())
+
+
+def allowed_code_differences(total: int, fraction: float = 2e-2) -> float:
+    """How many of `total` activation codes may round the other way: a rounding flip is a rare independent
+    event per code, so the expected count at `fraction` plus three standard deviations (a one-token case with
+    256 codes is not failed by chance)."""
+    return fraction * total + 3.0 * (fraction * total) ** 0.5
+
+
 def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tensor, topk_ids: torch.Tensor,
                                     topk_weights: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                                     w13_scale: torch.Tensor, w2_scale: torch.Tensor, *,
@@ -246,13 +264,9 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
         hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
         act = v["act"][off[e]:off[e + 1]].to(torch.float32)
         r = hq.to(torch.float32)
-        # one FP8 step is at most 1/8 of a code's value; near zero, where codes are dense, 0.25 code units
-        over = (act - r).abs() > 0.125 * r.abs() + 0.25
-        if over.any():
-            raise AssertionError(f"expert {e}: {int(over.sum())} activation codes beyond one FP8 step of the "
-                                 f"reference, e.g. {act[over][:4].tolist()} vs {r[over][:4].tolist()}")
-        # count each distinct (token, expert) row once: routing may repeat a pair (all top-k on one expert),
-        # and the copies carry the same codes, which would multiply one rounding flip
+        check_activation_codes(act, r, f"expert {e}: ")  # every row, copies included
+        # count the differing codes of each distinct (token, expert) row once: routing may repeat a pair (all
+        # top-k on one expert), and the copies carry the same codes, which would multiply one rounding flip
         seen = set()
         keep = [t not in seen and not seen.add(t) for t in tok.tolist()]
         keep = torch.tensor(keep, dtype=torch.bool, device=act.device)
@@ -268,9 +282,7 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
             ad = act * a2_scale.float()
         y = (ad @ w2e.T).to(torch.bfloat16).to(torch.float32)
         out.index_add_(0, tok, y * topk_weights[tok, kk].unsqueeze(1).float())
-    # a rounding flip is a rare independent event per code: allow the expected count plus three standard
-    # deviations, so a small case (one token: 256 codes) is not failed by chance
-    allowed = max_code_diff_fraction * total + 3.0 * (max_code_diff_fraction * total) ** 0.5
+    allowed = allowed_code_differences(total, max_code_diff_fraction)
     if total and differ > allowed:
         raise AssertionError(f"{differ} of {total} activation codes differ from the reference (allowed {allowed:.0f})")
     if shared_output is not None:

@@ -667,7 +667,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
         for (int nt = 0; nt < kHalf; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) h[mt][nt][i] = silu(acc[mt][nt][i] * out_scale) * (acc[mt][nt + kHalf][i] * out_scale);
+          for (int i = 0; i < 4; ++i)
+            h[mt][nt][i] = silu(acc[mt][nt][i] * out_scale) * (acc[mt][nt + kHalf][i] * out_scale);
       float row_scale[C::kMT][2];
       if constexpr (kBlock && !C::kSwapAB) {  // amax per row over 128 columns: quad, then the warps via shared memory
         consumer_sync();  // the previous item's reset of s_amax is done
@@ -677,7 +678,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           for (int hh = 0; hh < 2; ++hh) {
             float m = 0.f;
 #pragma unroll
-            for (int nt = 0; nt < kHalf; ++nt) m = fmaxf(m, fmaxf(fabsf(h[mt][nt][2 * hh]), fabsf(h[mt][nt][2 * hh + 1])));
+            for (int nt = 0; nt < kHalf; ++nt)
+              m = fmaxf(m, fmaxf(fabsf(h[mt][nt][2 * hh]), fabsf(h[mt][nt][2 * hh + 1])));
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
             if (t4 == 0) atomicMax(&s_amax[wm * C::kWM + mt * 16 + g + hh * 8], __float_as_uint(m));
@@ -691,7 +693,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             const int r = wm * C::kWM + mt * 16 + g + hh * 8;
             row_scale[mt][hh] = fmaxf(__uint_as_float(s_amax[r]), kActMinAmax) / kActFp8Max;
             if (wn == 0 && t4 == 0 && r < rows) {
-              a.act_scale[static_cast<int64_t>(row_begin + r) * (I / kScaleBlock) + n0 / kScaleBlock] = row_scale[mt][hh];
+              a.act_scale[static_cast<int64_t>(row_begin + r) * (I / kScaleBlock) + n0 / kScaleBlock] =
+                  row_scale[mt][hh];
             }
           }
         }
@@ -743,26 +746,26 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
       } else {
 #pragma unroll
-      for (int mt = 0; mt < C::kMT; ++mt) {
+        for (int mt = 0; mt < C::kMT; ++mt) {
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = wm * C::kWM + mt * 16 + g + hh * 8;
-          // I % 64 == 0: a warp's kWN / 2 columns are all in or all past I; only per-tensor 256-row tiles can
-          // reach past it (I % 128 == 64: the last column block's second warpgroup computes from up rows and
-          // rows past the tensor, zero-filled)
-          constexpr bool kColsPastI = C::kWgmma && BN == 256 && !kBlock;
-          if (r >= rows || (kColsPastI && n0 + wn * (C::kWN / 2) >= I)) continue;
-          const float sc = kBlock ? row_scale[mt][hh] : a2;
-          uint8_t* dst_row = a.act + static_cast<int64_t>(row_begin + r) * I + n0 + wn * (C::kWN / 2) + 2 * t4;
+          for (int hh = 0; hh < 2; ++hh) {
+            const int r = wm * C::kWM + mt * 16 + g + hh * 8;
+            // I % 64 == 0: a warp's kWN / 2 columns are all in or all past I; only per-tensor 256-row tiles can
+            // reach past it (I % 128 == 64: the last column block's second warpgroup computes from up rows and
+            // rows past the tensor, zero-filled)
+            constexpr bool kColsPastI = C::kWgmma && BN == 256 && !kBlock;
+            if (r >= rows || (kColsPastI && n0 + wn * (C::kWN / 2) >= I)) continue;
+            const float sc = kBlock ? row_scale[mt][hh] : a2;
+            uint8_t* dst_row = a.act + static_cast<int64_t>(row_begin + r) * I + n0 + wn * (C::kWN / 2) + 2 * t4;
 #pragma unroll
-          for (int nt = 0; nt < kHalf; ++nt) {
-            const __nv_fp8x2_storage_t q = __nv_cvt_float2_to_fp8x2(
-                make_float2(h[mt][nt][2 * hh] / sc, h[mt][nt][2 * hh + 1] / sc), __NV_SATFINITE, __NV_E4M3);
-            *reinterpret_cast<__nv_fp8x2_storage_t*>(dst_row + nt * 8) = q;
+            for (int nt = 0; nt < kHalf; ++nt) {
+              const __nv_fp8x2_storage_t q = __nv_cvt_float2_to_fp8x2(
+                  make_float2(h[mt][nt][2 * hh] / sc, h[mt][nt][2 * hh + 1] / sc), __NV_SATFINITE, __NV_E4M3);
+              *reinterpret_cast<__nv_fp8x2_storage_t*>(dst_row + nt * 8) = q;
+            }
           }
         }
-      }
-      }  // 16-row mma.sync and 64-row tiles
+      }  // 64-row tiles
     } else if constexpr (C::kStagedOut) {
       uint8_t* blk = s_out + warp * C::kOutWarpBytes;  // this warp's rows wm * kWM.., columns wn * kWN..
       __syncwarp();  // every lane has stored the previous item's block

@@ -13,7 +13,8 @@ import torch
 
 import hopperkit
 from hopperkit import _core
-from hopperkit.reference import fp8_quantize_reference, fused_moe_reference, moe_reference_from_kernel_codes
+from hopperkit.reference import (allowed_code_differences, check_activation_codes, fp8_quantize_reference,
+                                 fused_moe_reference, moe_reference_from_kernel_codes)
 
 pytestmark = pytest.mark.gpu
 
@@ -462,17 +463,13 @@ def test_stages_match_reference(T, block):
     h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
     hq, hs = fp8_quantize_reference(h, None if block else kw["a2_scale"])
     act = v["act"][:sorted_rows.numel()]
-    # 64-row tiles run on wgmma, whose FP8 products are summed with fewer bits than fp32 within each 128-deep
+    # every tile runs on wgmma, whose FP8 products are summed with fewer bits than fp32 within each 128-deep
     # stage (an absolute error of a few 1e-4 of the summands): a code may move to its neighbour (at most 1/8 of
     # the value), and values near zero, where e4m3 codes are dense, by a small absolute amount (in code units,
     # where the largest code is 448). 0.25 code units: a block-scaled code in a 300-token run landed 0.14 units
     # away (session 4; there the largest code of each 128-column group is 448, so 0.25 units is 5.6e-4 of it)
-    a, r = act.float(), hq.float()
-    over = (a - r).abs() > 0.125 * r.abs() + 0.25
-    assert not over.any(), (f"{over.sum().item()} activation codes beyond one step / 0.25 of the reference, "
-                            f"e.g. {a[over][:4].tolist()} vs {r[over][:4].tolist()}")
-    differ = a != r
-    assert differ.float().mean().item() < 2e-2, f"{differ.sum().item()} of {differ.numel()} activation codes differ"
+    differ = check_activation_codes(act.float(), hq.float())  # raises beyond one step
+    assert differ <= allowed_code_differences(act.numel()), f"{differ} of {act.numel()} activation codes differ"
     if block:
         sc = v["act_scale"][:sorted_rows.numel()]
         assert ((sc - hs).abs() / hs).max().item() < 2e-3, "activation group scales"
