@@ -267,8 +267,10 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
         check_activation_codes(act, r, f"expert {e}: ")  # every row, copies included
         # count the differing codes of each distinct (token, expert) row once: routing may repeat a pair (all
         # top-k on one expert), and the copies carry the same codes, which would multiply one rounding flip
-        seen = set()
-        keep = [t not in seen and not seen.add(t) for t in tok.tolist()]
+        seen, keep = set(), []
+        for t in tok.tolist():
+            keep.append(t not in seen)
+            seen.add(t)
         keep = torch.tensor(keep, dtype=torch.bool, device=act.device)
         differ += int((act[keep] != r[keep]).sum())
         total += int(keep.sum()) * act.shape[1]
