@@ -62,7 +62,7 @@ measure() {  # $1: run name; builds and installs the tree as it is now, runs the
     grep -E "^(FAILED|ERROR)" "$TMP/build_$name.log" | head -5
     # the whole test log (assertion messages, the run's HK_TEST_SEED) comes back with the results
     cp "$TMP/build_$name.log" "$OUT/failed_$name.log"
-    for f in tests.log; do [ -f "$TMP/out_$name/$f" ] && cp "$TMP/out_$name/$f" "$OUT/failed_${name}_$f"; done
+    [ -f "$TMP/out_$name/tests.log" ] && cp "$TMP/out_$name/tests.log" "$OUT/failed_${name}_tests.log"
     echo "   tests failed: no benchmark under $name (logs: failed_$name*.log)"; return
   fi
   grep -E "GPU tests" "$TMP/build_$name.log" | tail -1 > "$TMP/tests_$name.txt"
