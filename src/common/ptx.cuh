@@ -201,6 +201,14 @@ __device__ __forceinline__ unsigned sm_id() {
   return r;
 }
 
+// Global nanosecond timer (comparable across SMs; its update granularity is the hardware's) and the SM's cycle
+// counter (per SM, not comparable across SMs). Profiling traces only.
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // ---- global memory ---------------------------------------------------------------------------------------
 __device__ __forceinline__ float4 ld_cg_f4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float ld_cg_f(const float* p) { return __ldcg(p); }

@@ -29,6 +29,22 @@
 #include "decode/kernel_args.h"
 #include "hopperkit/decode/heuristics.h"
 
+// Per-CTA event trace (decode/trace.h): compiled only with -DHOPPERKIT_DECODE_TRACE.
+#ifdef HOPPERKIT_DECODE_TRACE
+#include "decode/trace.h"
+#define HK_TRACE_ONLY(...) __VA_ARGS__
+#define HK_TR_SET(args, ev, val)                                                                   \
+  do {                                                                                             \
+    if ((args).trace) (args).trace[blockIdx.x * kTraceSlots + (ev)] = (unsigned long long)(val);  \
+  } while (0)
+#else
+#define HK_TRACE_ONLY(...)
+#define HK_TR_SET(args, ev, val) \
+  do {                           \
+  } while (0)
+#endif
+#define HK_TR(args, ev) HK_TR_SET(args, ev, clock64())
+
 namespace hopperkit {
 namespace decode {
 
@@ -179,6 +195,7 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   uint32_t chunk_count = 0;
   int stage = 0;
   uint32_t phase = 0;
+  HK_TRACE_ONLY(bool tr_first_tma = true;)
 
   // By SM: the first CTA resident on each SM claims items until none are left; the others have none. A CTA
   // that claims nothing more counts itself done; the launch's last one claims whatever is still left (nothing,
@@ -263,6 +280,7 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
       const int h = p - b * H;
 
       // ---- stage the chunk's query rows and metadata
+      HK_TRACE_ONLY(if (lane == 0 && chunk_count == 0) HK_TR(a, kTrFirstMeta);)
       const int slot = chunk_count & 1;
       ptx::mbar_wait(&bars.qempty[slot], ((chunk_count >> 1) & 1) ^ 1);
       uint8_t* qdst = smem + L::kQOff + slot * T::kQSlotBytes;
@@ -348,6 +366,11 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
             ptx::tma_load_4d(vs + row0 * 128, tmap_v, &bars.full[stage], 0, v1, v2, v3, policy);
             ptx::tma_load_4d(vs + kHalf + row0 * 128, tmap_v, &bars.full[stage], 64, v1, v2, v3, policy);
           }
+          HK_TRACE_ONLY(if (lane == 0) {
+            if (tr_first_tma) HK_TR(a, kTrFirstTma);
+            tr_first_tma = false;
+            HK_TR(a, kTrLastTma);
+          })
         }
         if (++stage == T::kStages) {
           stage = 0;
@@ -684,11 +707,16 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
   uint32_t chunk_count = 0;
   int stage = 0;
   uint32_t phase = 0;
+  HK_TRACE_ONLY(unsigned long long tr_counts = 0;)
   while (true) {
     const int slot = chunk_count & 1;
     ptx::mbar_wait(&bars.qfull[slot], (chunk_count >> 1) & 1);
     const ChunkInfo ci = infos[slot];
     if (ci.done) break;
+    HK_TRACE_ONLY(if (threadIdx.x == 0) {
+      if (chunk_count == 0) HK_TR(a, kTrFirstQ);
+      tr_counts += 1;
+    })
     const uint8_t* qslot = smem + L::kQOff + slot * T::kQSlotBytes;
     const float* qsc = reinterpret_cast<const float*>(smem + L::kQScaleOff) + slot * T::kMPad;
     const int rows = ci.q_len * a.group;
@@ -755,6 +783,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
       ptx::mbar_wait(&bars.full[stage], phase);
+      HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);)
       if (a.debug_flags & 1) {  // experiment: data pipeline only
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
@@ -1020,6 +1049,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
     }
+    HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrLastTile);)
 
     // ---- row sums over the quad
 #pragma unroll
@@ -1113,11 +1143,19 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     // ---- split pair: the last piece of each group of kMergeGroup pieces merges the group, the last group
     //      merges the groups (a single level when there are at most kMergeGroup pieces)
+    HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrEpilogue);)
     if (ci.split && !(a.debug_flags & 2)) {
       const int n = ci.num_pieces;
       const int k = ci.slot == ci.first_slot ? 0 : (ci.slot - (ci.first_slot & ~1)) / 2;
       if (n <= kMergeGroup) {
-        if (arrive_last(&a.plan.merge_counters[ci.pair], n, flag)) {
+        const bool last = arrive_last(&a.plan.merge_counters[ci.pair], n, flag);
+        HK_TRACE_ONLY(if (threadIdx.x == 0) {
+          HK_TR(a, kTrHandshake);
+          tr_counts += 1ull << 32;
+          if (last) HK_TR(a, kTrMergeStart);
+          if (last) tr_counts += 1ull << 16;
+        })
+        if (last) {
           merge_slots(a, ci, 0, 1, n, true, 0, v_scale);
           if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
         }
@@ -1126,10 +1164,22 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         const int gcount = n - g0 < kMergeGroup ? n - g0 : kMergeGroup;
         const int groups = (n + kMergeGroup - 1) / kMergeGroup;
         const int gslot = piece_slot(ci, g0);
-        if (arrive_last(&a.plan.slot_counters[gslot], gcount, flag)) {
+        const bool glast = arrive_last(&a.plan.slot_counters[gslot], gcount, flag);
+        HK_TRACE_ONLY(if (threadIdx.x == 0) {
+          HK_TR(a, kTrHandshake);
+          tr_counts += 1ull << 32;
+          if (glast) HK_TR(a, kTrMergeStart);
+          if (glast) tr_counts += 1ull << 16;
+        })
+        if (glast) {
           merge_slots(a, ci, g0, 1, gcount, false, gslot, v_scale);
           if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
-          if (arrive_last(&a.plan.merge_counters[ci.pair], groups, flag)) {
+          const bool flast = arrive_last(&a.plan.merge_counters[ci.pair], groups, flag);
+          HK_TRACE_ONLY(if (threadIdx.x == 0 && flast) {
+            HK_TR(a, kTrMergeStart);
+            tr_counts += 1ull << 16;
+          })
+          if (flast) {
             merge_slots(a, ci, 0, kMergeGroup, groups, true, 0, v_scale);
             if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
           }
@@ -1140,6 +1190,11 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     if (T::TW > 1 || ci.split) ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
     ++chunk_count;
   }
+  HK_TRACE_ONLY(if (threadIdx.x == 0) {
+    HK_TR(a, kTrExit);
+    HK_TR_SET(a, kTrExitTimer, ptx::globaltimer());
+    HK_TR_SET(a, kTrCounts, tr_counts);
+  })
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1167,12 +1222,19 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
       ptx::mbar_init(&bars.qempty[s], kConsumerWarps);
     }
     ptx::fence_barrier_init();
+    HK_TRACE_ONLY(for (int e = kTrFirstMeta; e < kTraceSlots; ++e) HK_TR_SET(args, e, 0);)
   }
   __syncthreads();
+  HK_TRACE_ONLY(if (threadIdx.x == 0) {
+    HK_TR_SET(args, kTrEntryTimer, ptx::globaltimer());
+    HK_TR(args, kTrEntry);
+    HK_TR_SET(args, kTrSm, ptx::sm_id());
+  })
   // With programmatic dependent launch this CTA may start before the previous kernel in the stream has
   // finished: everything above touched shared memory only; from here on we read its results.
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
+  HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(args, kTrDepWait);)
   // By SM (the plan's kHdrBySm): the first CTA resident on each SM claims the work items, so a plan of at most
   // one item per SM runs one per SM wherever the grid's blocks were placed. The claim counters live in the plan
   // workspace; the launch's last CTA resets them (the next launch reads them after its grid_dependency_wait,

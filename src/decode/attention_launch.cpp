@@ -10,9 +10,30 @@
 #include "common/env_switch.h"
 #include "common/tensor_map.h"
 #include "decode/kernel_args.h"
+#include "decode/trace.h"
 #include "decode/variants.h"
 #include "hopperkit/decode/attention.h"
 #include "hopperkit/error.h"
+
+#ifdef HOPPERKIT_DECODE_TRACE
+namespace {
+unsigned long long* g_trace = nullptr;  // [kTraceMaxCtas, kTraceSlots], allocated at the first traced launch
+int g_trace_grid = 0;                   // CTAs of the last traced launch
+}  // namespace
+
+// Profiling builds only: copies the last launch's per-CTA events (decode/trace.h) to `host`
+// ([max_ctas, kTraceSlots] u64) after synchronising the device. Returns the CTAs written, or -1 on an error.
+extern "C" __attribute__((visibility("default"))) int hopperkit_decode_trace_read(unsigned long long* host,
+                                                                                 int max_ctas) {
+  using namespace hopperkit::decode;
+  if (g_trace == nullptr || host == nullptr) return -1;
+  const int n = std::min(g_trace_grid, max_ctas);
+  if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+  if (cudaMemcpy(host, g_trace, sizeof(unsigned long long) * kTraceSlots * n, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return -1;
+  return n;
+}
+#endif
 
 namespace hopperkit {
 namespace decode {
@@ -239,6 +260,14 @@ void decode_attention(const DecodeAttentionParams& p) {
   // profiling experiments; results are wrong when set
   static const int debug_flags = env_int("HOPPERKIT_DECODE_DEBUG", 0);
   a.debug_flags = debug_flags;
+#ifdef HOPPERKIT_DECODE_TRACE
+  if (g_trace == nullptr) {  // not inside a graph capture: the first call runs eagerly
+    HK_CUDA_CHECK(cudaMalloc(&g_trace, sizeof(unsigned long long) * kTraceSlots * kTraceMaxCtas));
+    HK_CUDA_CHECK(cudaMemset(g_trace, 0, sizeof(unsigned long long) * kTraceSlots * kTraceMaxCtas));
+  }
+  a.trace = p.plan_launch.grid_ctas <= kTraceMaxCtas ? g_trace : nullptr;
+  g_trace_grid = p.plan_launch.grid_ctas;
+#endif
 
   const CUtensorMap tk = cache_tensor_map("k_cache", p.k_cache, p.kv_dtype, p.block_size, p.num_kv_heads, p.num_blocks,
                                           p.k_stride_token, p.k_stride_head, p.k_stride_block, &a.k_pos_tok,

@@ -1,0 +1,35 @@
+// hopperkit decode attention: an optional per-CTA event trace (profiling builds only).
+//
+// Built with -DHOPPERKIT_DECODE_TRACE (CMake option HOPPERKIT_DECODE_TRACE=ON), every attention CTA writes the
+// SM cycle counter at the events below into its row of a device buffer, which the host reads back with
+// hopperkit_decode_trace_read() (a C symbol of the library; scripts/decode_trace.py calls it through ctypes).
+// Default builds compile none of it: the kernels and their arguments are unchanged.
+#pragma once
+
+namespace hopperkit {
+namespace decode {
+
+constexpr int kTraceSlots = 16;   // u64 per CTA
+constexpr int kTraceMaxCtas = 2048;
+
+enum TraceEvent : int {
+  kTrEntryTimer = 0,    // %globaltimer at entry (ns; the only cross-SM clock)
+  kTrEntry = 1,         // cycles: entry (after barrier init)
+  kTrDepWait = 2,       // after griddepcontrol.wait
+  kTrFirstMeta = 3,     // producer: first chunk's metadata in registers (before its query copies)
+  kTrFirstTma = 4,      // producer: first KV TMA issued
+  kTrLastTma = 5,       // producer: last KV TMA issued
+  kTrFirstQ = 6,        // consumers (thread 0): first query slot ready
+  kTrFirstKv = 7,       // consumers: first KV stage landed
+  kTrLastTile = 8,      // consumers: last chunk's last tile consumed
+  kTrEpilogue = 9,      // consumers: last chunk's output / partial stored
+  kTrMergeStart = 10,   // consumers: last merge this CTA ran began (0: none)
+  kTrExit = 11,         // consumers: done
+  kTrExitTimer = 12,    // %globaltimer at kTrExit
+  kTrCounts = 13,       // chunks | merges << 16 | split handshakes << 32
+  kTrSm = 14,           // %smid
+  kTrHandshake = 15,    // consumers: last split handshake (arrive_last) returned
+};
+
+}  // namespace decode
+}  // namespace hopperkit
