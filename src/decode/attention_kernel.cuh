@@ -441,8 +441,50 @@ __device__ __forceinline__ uint16_t f2bf(float x) {
 }
 
 // Partial slot of piece j of the chunk's pair.
-__device__ __forceinline__ int piece_slot(const ChunkInfo& ci, int j) {
-  return j == 0 ? ci.first_slot : (ci.first_slot & ~1) + 2 * j;
+__device__ __forceinline__ int piece_slot(int first_slot, int j) {
+  return j == 0 ? first_slot : (first_slot & ~1) + 2 * j;
+}
+
+// What merge_slots reads, by value. merge_slots is not inlined, and a non-inlined function that reads the
+// kernel's parameters through a reference does so with generic loads: one memory round trip (re-issued per
+// piece) before the partials' loads can even be addressed. Session 13's per-CTA trace measured ~2.8 us from
+// the last piece's handshake to the end of a two-piece merge that way.
+struct MergeArgs {
+  float* partial_o;          // [slots, partial_rows, 128]
+  float* partial_lse;        // [slots, partial_rows]
+  uint16_t* out;             // final outputs (bf16 bits)
+  float* lse;                // or null
+  int64_t out_stride_token;
+  int64_t out_stride_head;
+  int64_t lse_stride_token;
+  int partial_rows;
+  int group;
+  int rows;                  // q_len * group
+  int q_start;
+  int head0;                 // kv_head * group
+  int first_slot;
+  int stale;
+  float v_scale;
+};
+
+__device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const ChunkInfo& ci, float v_scale) {
+  MergeArgs m;
+  m.partial_o = a.plan.partial_o;
+  m.partial_lse = a.plan.partial_lse;
+  m.out = a.out;
+  m.lse = a.lse;
+  m.out_stride_token = a.out_stride_token;
+  m.out_stride_head = a.out_stride_head;
+  m.lse_stride_token = a.lse_stride_token;
+  m.partial_rows = a.partial_rows;
+  m.group = a.group;
+  m.rows = ci.q_len * a.group;
+  m.q_start = ci.q_start;
+  m.head0 = ci.kv_head * a.group;
+  m.first_slot = ci.first_slot;
+  m.stale = ci.stale;
+  m.v_scale = v_scale;
+  return m;
 }
 
 // Merges `count` partials -- pieces k0, k0 + step, ... of the chunk's pair -- by their log2-sum-exp2 weights.
@@ -450,19 +492,19 @@ __device__ __forceinline__ int piece_slot(const ChunkInfo& ci, int j) {
 // (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; partials are
 // read 8 at a time with every load in flight before any use (the latency of L2, not its bandwidth, is what
 // this costs).
-static __device__ __noinline__ void merge_slots(const DecodeKernelArgs& a, const ChunkInfo& ci, int k0, int step,
-                                                int count, bool final, int dst_slot, float v_scale) {
+static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
+                                                int dst_slot) {
   constexpr int R = 2;  // rows per warp per pass, their loads in flight together
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int rows = ci.q_len * a.group;
-  const int64_t slot_stride_o = static_cast<int64_t>(a.partial_rows) * kHeadDim;
+  const int rows = m.rows;
+  const int64_t slot_stride_o = static_cast<int64_t>(m.partial_rows) * kHeadDim;
   const int d4 = lane * 4;
   for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
-    float m[R], wsum[R], acc[R][4];
+    float mx[R], wsum[R], acc[R][4];
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      m[j] = -INFINITY;
+      mx[j] = -INFINITY;
       wsum[j] = 0.f;
       acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     }
@@ -472,25 +514,25 @@ static __device__ __noinline__ void merge_slots(const DecodeKernelArgs& a, const
 #pragma unroll
       for (int i = 0; i < kMergeGroup; ++i) {
         const bool have = c0 + i < count;
-        const int slot = have ? piece_slot(ci, k0 + (c0 + i) * step) : 0;
+        const int slot = have ? piece_slot(m.first_slot, k0 + (c0 + i) * step) : 0;
 #pragma unroll
         for (int j = 0; j < R; ++j) {
           const int r = rb + j * kConsumerWarps;
           lse[j][i] = -INFINITY;
           o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
           if (have && r < rows) {
-            lse[j][i] = ptx::ld_cg_f(a.plan.partial_lse + static_cast<int64_t>(slot) * a.partial_rows + r);
-            o[j][i] = ptx::ld_cg_f4(a.plan.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
+            lse[j][i] = ptx::ld_cg_f(m.partial_lse + static_cast<int64_t>(slot) * m.partial_rows + r);
+            o[j][i] = ptx::ld_cg_f4(m.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
           }
         }
       }
 #pragma unroll
       for (int j = 0; j < R; ++j) {
-        float cm = m[j];
+        float cm = mx[j];
 #pragma unroll
         for (int i = 0; i < kMergeGroup; ++i) cm = fmaxf(cm, lse[j][i]);
         const float m_use = cm == -INFINITY ? 0.f : cm;
-        const float keep = ptx::exp2_approx(m[j] - m_use);  // rescale what was accumulated so far
+        const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
         wsum[j] *= keep;
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
@@ -503,32 +545,36 @@ static __device__ __noinline__ void merge_slots(const DecodeKernelArgs& a, const
           acc[j][3] += w * o[j][i].w;
           wsum[j] += w;
         }
-        m[j] = cm;
+        mx[j] = cm;
       }
     }
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int r = rb + j * kConsumerWarps;
       if (r >= rows) continue;
-      const float m_use = m[j] == -INFINITY ? 0.f : m[j];
+      const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
       const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
       const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
       if (final) {
-        const RowDest dst = row_dest(a, ci, r);
-        const float sc = inv * v_scale;
+        const int token = m.q_start + r / m.group;
+        const int head = m.head0 + r % m.group;
+        const float sc = inv * m.v_scale;
         float o0 = acc[j][0] * sc, o1 = acc[j][1] * sc, o2 = acc[j][2] * sc, o3 = acc[j][3] * sc;
-        if (ci.stale) o0 = o1 = o2 = o3 = nan_f();
+        if (m.stale) o0 = o1 = o2 = o3 = nan_f();
         uint2 packed;
         packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
         packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
-        *reinterpret_cast<uint2*>(a.out + dst.out_off + d4) = packed;
-        if (a.lse != nullptr && lane == 0) {
-          a.lse[dst.lse_off] = ci.stale ? nan_f() : lse2 * 0.69314718055994531f;
+        const int64_t out_off = static_cast<int64_t>(token) * m.out_stride_token +
+                                static_cast<int64_t>(head) * m.out_stride_head;
+        *reinterpret_cast<uint2*>(m.out + out_off + d4) = packed;
+        if (m.lse != nullptr && lane == 0) {
+          m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] =
+              m.stale ? nan_f() : lse2 * 0.69314718055994531f;
         }
       } else {
-        *reinterpret_cast<float4*>(a.plan.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
+        *reinterpret_cast<float4*>(m.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
                                    d4) = make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
-        if (lane == 0) a.plan.partial_lse[static_cast<int64_t>(dst_slot) * a.partial_rows + r] = lse2;
+        if (lane == 0) m.partial_lse[static_cast<int64_t>(dst_slot) * m.partial_rows + r] = lse2;
       }
     }
   }
@@ -1156,14 +1202,14 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           if (last) tr_counts += 1ull << 16;
         })
         if (last) {
-          merge_slots(a, ci, 0, 1, n, true, 0, v_scale);
+          merge_slots(merge_args(a, ci, v_scale), 0, 1, n, true, 0);
           if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
         }
       } else {
         const int g0 = (k / kMergeGroup) * kMergeGroup;
         const int gcount = n - g0 < kMergeGroup ? n - g0 : kMergeGroup;
         const int groups = (n + kMergeGroup - 1) / kMergeGroup;
-        const int gslot = piece_slot(ci, g0);
+        const int gslot = piece_slot(ci.first_slot, g0);
         const bool glast = arrive_last(&a.plan.slot_counters[gslot], gcount, flag);
         HK_TRACE_ONLY(if (threadIdx.x == 0) {
           HK_TR(a, kTrHandshake);
@@ -1172,7 +1218,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           if (glast) tr_counts += 1ull << 16;
         })
         if (glast) {
-          merge_slots(a, ci, g0, 1, gcount, false, gslot, v_scale);
+          merge_slots(merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
           if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
           const bool flast = arrive_last(&a.plan.merge_counters[ci.pair], groups, flag);
           HK_TRACE_ONLY(if (threadIdx.x == 0 && flast) {
@@ -1180,7 +1226,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             tr_counts += 1ull << 16;
           })
           if (flast) {
-            merge_slots(a, ci, 0, kMergeGroup, groups, true, 0, v_scale);
+            merge_slots(merge_args(a, ci, v_scale), 0, kMergeGroup, groups, true, 0);
             if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
           }
         }
