@@ -280,7 +280,9 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
       const int h = p - b * H;
 
       // ---- stage the chunk's query rows and metadata
-      HK_TRACE_ONLY(if (lane == 0 && chunk_count == 0) HK_TR(a, kTrFirstMeta);)
+      HK_TRACE_ONLY(if (lane == 0 && chunk_count == 0) HK_TR(a, kTrFirstMeta);
+                    if (lane == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkMeta + chunk_count);
+                    bool tr_chunk_tma = chunk_count < kTrChunks;)
       const int slot = chunk_count & 1;
       ptx::mbar_wait(&bars.qempty[slot], ((chunk_count >> 1) & 1) ^ 1);
       uint8_t* qdst = smem + L::kQOff + slot * T::kQSlotBytes;
@@ -368,7 +370,8 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
           }
           HK_TRACE_ONLY(if (lane == 0) {
             if (tr_first_tma) HK_TR(a, kTrFirstTma);
-            tr_first_tma = false;
+            if (tr_chunk_tma) HK_TR(a, kTrChunkTma + chunk_count - 1);
+            tr_first_tma = tr_chunk_tma = false;
             HK_TR(a, kTrLastTma);
           })
         }
@@ -761,6 +764,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     if (ci.done) break;
     HK_TRACE_ONLY(if (threadIdx.x == 0) {
       if (chunk_count == 0) HK_TR(a, kTrFirstQ);
+      if (chunk_count < kTrChunks) HK_TR(a, kTrChunkQ + chunk_count);
       tr_counts += 1;
     })
     const uint8_t* qslot = smem + L::kQOff + slot * T::kQSlotBytes;
@@ -829,7 +833,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
       ptx::mbar_wait(&bars.full[stage], phase);
-      HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);)
+      HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);
+                    if (threadIdx.x == 0 && chunk_count < kTrChunks && tt == ci.tile_lo)
+                        HK_TR(a, kTrChunkKv + chunk_count);)
       if (a.debug_flags & 1) {  // experiment: data pipeline only
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
@@ -1095,7 +1101,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
     }
-    HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrLastTile);)
+    HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrLastTile);
+                  if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkTiles + chunk_count);)
 
     // ---- row sums over the quad
 #pragma unroll
@@ -1189,7 +1196,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     // ---- split pair: the last piece of each group of kMergeGroup pieces merges the group, the last group
     //      merges the groups (a single level when there are at most kMergeGroup pieces)
-    HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrEpilogue);)
+    HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrEpilogue);
+                  if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkEpi + chunk_count);)
     if (ci.split && !(a.debug_flags & 2)) {
       const int n = ci.num_pieces;
       const int k = ci.slot == ci.first_slot ? 0 : (ci.slot - (ci.first_slot & ~1)) / 2;

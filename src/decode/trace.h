@@ -9,7 +9,7 @@
 namespace hopperkit {
 namespace decode {
 
-constexpr int kTraceSlots = 16;   // u64 per CTA
+constexpr int kTraceSlots = 40;   // u64 per CTA
 constexpr int kTraceMaxCtas = 2048;
 
 enum TraceEvent : int {
@@ -29,7 +29,15 @@ enum TraceEvent : int {
   kTrCounts = 13,       // chunks | merges << 16 | split handshakes << 32
   kTrSm = 14,           // %smid
   kTrHandshake = 15,    // consumers: last split handshake (arrive_last) returned
+  // the first kTrChunks chunks of a CTA, one slot per chunk c:
+  kTrChunkQ = 16,       // + c: consumers: chunk c's query slot ready
+  kTrChunkKv = 20,      // + c: consumers: chunk c's first KV stage landed
+  kTrChunkTiles = 24,   // + c: consumers: chunk c's last tile consumed
+  kTrChunkEpi = 28,     // + c: consumers: chunk c's output / partial stored
+  kTrChunkTma = 32,     // + c: producer: chunk c's first KV TMA issued
+  kTrChunkMeta = 36,    // + c: producer: chunk c's metadata in registers (before its query copies)
 };
+constexpr int kTrChunks = 4;
 
 }  // namespace decode
 }  // namespace hopperkit
