@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import common, decode_bench  # noqa: E402
 
-SLOTS = 40
-CHUNK_EVENTS = [("meta", 36), ("tma", 32), ("q", 16), ("kv", 20), ("tiles", 24), ("epi", 28)]
+SLOTS = 48
+CHUNK_EVENTS = [("meta", 36), ("tma", 32), ("q", 16), ("kv", 20), ("tiles", 24), ("epibar", 40), ("epi", 28)]
 EVENTS = ["entry", "depwait", "first_meta", "first_tma", "last_tma", "first_q", "first_kv", "last_tile",
           "epilogue", "merge_start", "exit"]
 SLOT = {"entry": 1, "depwait": 2, "first_meta": 3, "first_tma": 4, "last_tma": 5, "first_q": 6, "first_kv": 7,
@@ -54,6 +54,7 @@ def analyse(rows):
             if r[s] != 0:
                 ev[name] = (r[0] - t0) / 1e3 + (r[s] - r[1]) / ghz / 1e3
         ev["cta"], ev["sm"] = i, r[14]
+        ev["warp_tiles_chunk1"] = [(r[0] - t0) / 1e3 + (r[44 + w] - r[1]) / ghz / 1e3 for w in range(4) if r[44 + w]]
         ev["per_chunk"] = [{name: (r[0] - t0) / 1e3 + (r[s + c] - r[1]) / ghz / 1e3 for name, s in CHUNK_EVENTS
                             if r[s + c] != 0} for c in range(4)]
         ev["chunks"], ev["merges"], ev["handshakes"] = r[13] & 0xFFFF, (r[13] >> 16) & 0xFFFF, r[13] >> 32
@@ -85,6 +86,8 @@ def report(title, rows):
         if c["chunks"] > 1:
             print(f"   {who} CTA {c['cta']}, first chunks: " + " | ".join(
                 " ".join(f"{k} {v:.2f}" for k, v in pc.items()) for pc in c["per_chunk"] if pc))
+            print(f"   {who} CTA {c['cta']}, chunk 1's last tile by warp: "
+                  + " ".join(f"{v:.2f}" for v in c["warp_tiles_chunk1"]))
     tot = {k: sum(c[k] for c in ctas) for k in ("chunks", "merges", "handshakes")}
     print(f"   totals: {tot}")
     return {"ghz": ghz, "summary": summary, "last": last, "totals": tot}

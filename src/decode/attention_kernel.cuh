@@ -1102,7 +1102,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
     }
     HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrLastTile);
-                  if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkTiles + chunk_count);)
+                  if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkTiles + chunk_count);
+                  if (lane == 0 && chunk_count == 1) HK_TR(a, kTrWarpTiles + warp);)
 
     // ---- row sums over the quad
 #pragma unroll
@@ -1164,6 +1165,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         }
       }
       ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+      HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkEpiBar + chunk_count);)
       const int ctid = threadIdx.x;
       for (int item = ctid; item < T::kMPad * 32; item += kConsumerWarps * 32) {
         const int r = item >> 5;

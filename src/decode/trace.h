@@ -9,7 +9,7 @@
 namespace hopperkit {
 namespace decode {
 
-constexpr int kTraceSlots = 40;   // u64 per CTA
+constexpr int kTraceSlots = 48;   // u64 per CTA
 constexpr int kTraceMaxCtas = 2048;
 
 enum TraceEvent : int {
@@ -36,6 +36,9 @@ enum TraceEvent : int {
   kTrChunkEpi = 28,     // + c: consumers: chunk c's output / partial stored
   kTrChunkTma = 32,     // + c: producer: chunk c's first KV TMA issued
   kTrChunkMeta = 36,    // + c: producer: chunk c's metadata in registers (before its query copies)
+  kTrChunkEpiBar = 40,  // + c: consumers (token-group variants): chunk c's partial results in shared memory,
+                        //      after the barrier that precedes combining them
+  kTrWarpTiles = 44,    // + w: consumer warp w's lane 0: chunk 1's last tile consumed (warp skew)
 };
 constexpr int kTrChunks = 4;
 
