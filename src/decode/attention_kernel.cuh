@@ -1200,17 +1200,22 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     //      merges the groups (a single level when there are at most kMergeGroup pieces)
     HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrEpilogue);
                   if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkEpi + chunk_count);)
+    // trace: a split handshake returned; `merges`: this CTA merges next
+    HK_TRACE_ONLY(auto tr_handshake = [&](bool merges) {
+      if (threadIdx.x != 0) return;
+      HK_TR(a, kTrHandshake);
+      tr_counts += 1ull << 32;
+      if (merges) {
+        HK_TR(a, kTrMergeStart);
+        tr_counts += 1ull << 16;
+      }
+    };)
     if (ci.split && !(a.debug_flags & 2)) {
       const int n = ci.num_pieces;
       const int k = ci.slot == ci.first_slot ? 0 : (ci.slot - (ci.first_slot & ~1)) / 2;
       if (n <= kMergeGroup) {
         const bool last = arrive_last(&a.plan.merge_counters[ci.pair], n, flag);
-        HK_TRACE_ONLY(if (threadIdx.x == 0) {
-          HK_TR(a, kTrHandshake);
-          tr_counts += 1ull << 32;
-          if (last) HK_TR(a, kTrMergeStart);
-          if (last) tr_counts += 1ull << 16;
-        })
+        HK_TRACE_ONLY(tr_handshake(last);)
         if (last) {
           merge_slots(merge_args(a, ci, v_scale), 0, 1, n, true, 0);
           if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
@@ -1221,12 +1226,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         const int groups = (n + kMergeGroup - 1) / kMergeGroup;
         const int gslot = piece_slot(ci.first_slot, g0);
         const bool glast = arrive_last(&a.plan.slot_counters[gslot], gcount, flag);
-        HK_TRACE_ONLY(if (threadIdx.x == 0) {
-          HK_TR(a, kTrHandshake);
-          tr_counts += 1ull << 32;
-          if (glast) HK_TR(a, kTrMergeStart);
-          if (glast) tr_counts += 1ull << 16;
-        })
+        HK_TRACE_ONLY(tr_handshake(glast);)
         if (glast) {
           merge_slots(merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
           if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
