@@ -201,8 +201,8 @@ __device__ __forceinline__ unsigned sm_id() {
   return r;
 }
 
-// Global nanosecond timer (comparable across SMs; its update granularity is the hardware's) and the SM's cycle
-// counter (per SM, not comparable across SMs). Profiling traces only.
+// Global nanosecond timer, comparable across SMs (its update granularity is the hardware's; within one SM the
+// cycle counter clock64() is finer). Profiling traces only.
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
