@@ -132,14 +132,22 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   for (int p = 0; p <= P; ++p) v.pair_tile_start[p] = prefix[p];
   int C = 0, S = 1, chunk = 1;
   if (config.mode == PlanMode::kDynamic) {
-    C = dynamic_num_ctas(T, dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas));
+    const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas);
+    C = dynamic_num_ctas(T, cap);
+    // more CTAs while one of them would walk more than max_chunks_per_cta chunks (as the device planner)
+    for (int next = dynamic_next_ctas(C, cap, T); config.max_chunks_per_cta > 0 && next != 0;
+         next = dynamic_next_ctas(C, cap, T)) {
+      bool crowded = false;
+      for (int i = 0; i < C && !crowded; ++i) {
+        crowded = dynamic_cta_chunks(prefix.data(), P, T, C, i) > config.max_chunks_per_cta;
+      }
+      if (!crowded) break;
+      C = next;
+    }
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);
       v.cta_tile_start[i] = static_cast<int32_t>(b);
-      // the last pair whose first tile is <= b
-      const int p = static_cast<int>(std::upper_bound(prefix.begin(), prefix.begin() + P, static_cast<int>(b)) -
-                                     prefix.begin()) - 1;
-      v.cta_first_pair[i] = p;
+      v.cta_first_pair[i] = pair_of_tile(prefix.data(), P, b);  // the pair holding the CTA's first tile
     }
   } else {
     static_plan_shape(config, batch, max_seq_len, &S, &chunk);

@@ -64,16 +64,22 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   // ---- CTA ranges
   int C;
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
-    C = dynamic_num_ctas(T, dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas));
+    const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas);
+    C = dynamic_num_ctas(T, cap);
+    // more CTAs while one of them would walk too many chunks (block-uniform decisions)
+    for (int next = dynamic_next_ctas(C, cap, T); a.max_chunks_per_cta > 0 && next != 0;
+         next = dynamic_next_ctas(C, cap, T)) {
+      bool crowded = false;
+      for (int i = tid; i < C && !crowded; i += kPlanThreads) {
+        crowded = dynamic_cta_chunks(s_prefix, P, T, C, i) > a.max_chunks_per_cta;
+      }
+      if (!__syncthreads_or(crowded)) break;
+      C = next;
+    }
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;
-      int lo = 0, hi = P;  // last p in [0, P) with s_prefix[p] <= b
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (s_prefix[mid] <= b) lo = mid; else hi = mid;
-      }
-      v.cta_first_pair[i] = lo;
+      v.cta_first_pair[i] = pair_of_tile(s_prefix, P, b);
     }
   } else {
     const int S = a.static_splits;
@@ -159,8 +165,13 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   // serving): HOPPERKIT_DECODE_LONG_CTAS=0 turns that off.
   static const bool long_rule = env_int("HOPPERKIT_DECODE_LONG_CTAS", 1) != 0;
   const int long_ctas = long_rule && kv_dtype == DType::kBF16 && per_sm >= 2 ? sms : 0;
-  return make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode, sms * per_sm,
-                                     long_ctas);
+  DecodePlanConfig c = make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode,
+                                                   sms * per_sm, long_ctas);
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_MAX_CHUNKS=n sets the chunks per CTA above which the
+  // dynamic plan grows its CTA count (kMaxChunksPerCta; 0 = never). Planner and CPU twin read it from the config.
+  static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", kMaxChunksPerCta, 0);
+  c.max_chunks_per_cta = max_chunks;
+  return c;
 }
 
 DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
@@ -193,6 +204,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   a.mode = static_cast<int>(c.mode);
   a.max_ctas = c.max_ctas;
   a.long_pair_ctas = c.long_pair_ctas;
+  a.max_chunks_per_cta = c.max_chunks_per_cta;
   a.static_splits = 1;
   a.static_chunk_tiles = 1;
   if (c.mode == PlanMode::kStatic) static_plan_shape(c, pp.batch, pp.max_seq_len, &a.static_splits, &a.static_chunk_tiles);

@@ -86,6 +86,32 @@ TEST(Heuristics, CtaOfTileInvertsCtaBegin) {
   }
 }
 
+TEST(Heuristics, ChunksOfACtaRange) {
+  // pairs of 3, 0 (empty), 1, 1, 5 tiles
+  const int prefix[] = {0, 3, 3, 4, 5, 10};
+  EXPECT_EQ(pair_of_tile(prefix, 5, 0), 0);
+  EXPECT_EQ(pair_of_tile(prefix, 5, 2), 0);
+  EXPECT_EQ(pair_of_tile(prefix, 5, 3), 2);  // the empty pair 1 shares its start with pair 2
+  EXPECT_EQ(pair_of_tile(prefix, 5, 4), 3);
+  EXPECT_EQ(pair_of_tile(prefix, 5, 9), 4);
+  // 2 CTAs over 10 tiles: [0, 5) touches pairs 0..3 (the empty one counts), [5, 10) pair 4
+  EXPECT_EQ(dynamic_cta_chunks(prefix, 5, 10, 2, 0), 4);
+  EXPECT_EQ(dynamic_cta_chunks(prefix, 5, 10, 2, 1), 1);
+  // 10 CTAs: one tile each, one chunk each
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(dynamic_cta_chunks(prefix, 5, 10, 10, i), 1);
+}
+
+TEST(Heuristics, NextCtaCountDoublesUpToTheCapAndTheTiles) {
+  EXPECT_EQ(dynamic_next_ctas(67, 264, 271), 134);
+  EXPECT_EQ(dynamic_next_ctas(134, 264, 271), 264);
+  EXPECT_EQ(dynamic_next_ctas(264, 264, 271), 0);
+  EXPECT_EQ(dynamic_next_ctas(2, 264, 8), 4);
+  EXPECT_EQ(dynamic_next_ctas(4, 264, 8), 8);
+  EXPECT_EQ(dynamic_next_ctas(8, 264, 8), 0);  // one tile per CTA
+  EXPECT_EQ(dynamic_next_ctas(5, 6, 100), 6);
+  EXPECT_EQ(dynamic_next_ctas(0, 6, 100), 0);
+}
+
 TEST(Heuristics, StaticSplits) {
   EXPECT_EQ(static_num_splits(32, 132, 2048), 5);
   EXPECT_EQ(static_num_splits(256, 132, 64), 1);

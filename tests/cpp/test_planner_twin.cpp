@@ -31,6 +31,26 @@ Plan make_plan(const DecodePlanConfig& cfg, const std::vector<int32_t>& lens, in
   return p;
 }
 
+// Pairs the tile range [b, e) touches, counted by walking the prefix (independent of pair_of_tile's search;
+// as dynamic_cta_chunks, an empty pair between two touched pairs counts).
+int chunks_by_walk(const int32_t* prefix, int P, int64_t b, int64_t e) {
+  if (e <= b) return 0;
+  int first = -1, last = -1;
+  for (int q = 0; q < P; ++q) {
+    if (prefix[q] <= b) first = q;
+    if (prefix[q] <= e - 1) last = q;
+  }
+  return last - first + 1;
+}
+
+int max_chunks_by_walk(const int32_t* prefix, int P, int64_t T, int C) {
+  int m = 0;
+  for (int i = 0; i < C; ++i) {
+    m = std::max(m, chunks_by_walk(prefix, P, dynamic_cta_begin(i, T, C), dynamic_cta_begin(i + 1, T, C)));
+  }
+  return m;
+}
+
 int expected_tiles(int32_t len, int64_t capacity) {
   int64_t l = std::min<int64_t>(std::max<int32_t>(len, 0), capacity);
   return num_tiles(l);
@@ -81,8 +101,25 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
   }
   if (p.cfg.mode == PlanMode::kDynamic && C > 0) {
     ASSERT_LE(max_budget - min_budget, 1) << "budgets equal within one tile";
-    if (T >= kMinTilesPerCta) ASSERT_GE(min_budget, kMinTilesPerCta) << "minimum work per CTA";
-    ASSERT_EQ(C, dynamic_num_ctas(T, dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas)));
+    const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas);
+    const int c0 = dynamic_num_ctas(T, cap);
+    const int limit = p.cfg.max_chunks_per_cta;
+    if (C == c0) {
+      if (T >= kMinTilesPerCta) ASSERT_GE(min_budget, kMinTilesPerCta) << "minimum work per CTA";
+    } else {
+      // more CTAs than the minimum work allows only because the smaller count crowded a CTA with chunks: C is
+      // a doubling of c0 (capped), and the count before it left some CTA walking more than `limit` chunks
+      ASSERT_GT(limit, 0) << "the chunk rule is off, yet C != c0";
+      int prev = c0;
+      while (dynamic_next_ctas(prev, cap, T) != C) {
+        prev = dynamic_next_ctas(prev, cap, T);
+        ASSERT_NE(prev, 0) << "C is not in the doubling sequence from " << c0;
+      }
+      ASSERT_GT(max_chunks_by_walk(v.pair_tile_start, P, T, prev), limit) << "C grew past an uncrowded count";
+    }
+    if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0) {
+      ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
+    }
     ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);
   } else {
     ASSERT_EQ(v.header[kHdrBySm], 0);
@@ -154,8 +191,9 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     const PlanMode mode = (iter % 3 == 0) ? PlanMode::kStatic : PlanMode::kDynamic;
     const int sm_ctas = 1 + rng() % 264;
     const int long_ctas = iter % 2 ? static_cast<int>(rng() % (sm_ctas + 1)) : 0;
-    const DecodePlanConfig cfg =
+    DecodePlanConfig cfg =
         make_decode_plan_config_for(batch + rng() % 8, H * group, H, DType::kBF16, 1, mode, sm_ctas, long_ctas);
+    if (iter % 4 == 1) cfg.max_chunks_per_cta = static_cast<int>(rng() % 4);  // the profiling switch's values
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);
@@ -216,6 +254,52 @@ TEST(PlannerTwin, LongPairsRunOnTheCappedCtas) {
   // the cap must fit the config
   EXPECT_THROW(make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132, 133), Error);
   EXPECT_THROW(make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132, -1), Error);
+}
+
+TEST(PlannerTwin, CrowdedShortRequestsGetMoreCtas) {
+  // skewed_extreme (1 x 16K + 15 x 64 tokens): 271 tiles; the minimum work gives 67 CTAs, whose last four walk
+  // 4-5 one-tile requests each; the chunk rule doubles to 134 (still 3 chunks in a CTA), then to the cap
+  std::vector<int32_t> lens(16, 64);
+  lens[0] = 16384;
+  const DecodePlanConfig cfg = make_decode_plan_config_for(16, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
+  ASSERT_EQ(cfg.max_chunks_per_cta, kMaxChunksPerCta);
+  const Plan p = make_plan(cfg, lens, 64, 256, 16384);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, 64, 256));
+  EXPECT_EQ(dynamic_num_ctas(271, 264), 67);
+  EXPECT_EQ(p.v.header[kHdrNumCtas], 264);
+  EXPECT_LE(max_chunks_by_walk(p.v.pair_tile_start, 16, 271, 264), 2);
+  // the rule off (profiling switch HOPPERKIT_DECODE_MAX_CHUNKS=0): the minimum-work count
+  DecodePlanConfig off = cfg;
+  off.max_chunks_per_cta = 0;
+  const Plan p0 = make_plan(off, lens, 64, 256, 16384);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p0, lens, 64, 256));
+  EXPECT_EQ(p0.v.header[kHdrNumCtas], 67);
+  EXPECT_EQ(max_chunks_by_walk(p0.v.pair_tile_start, 16, 271, 67), 5);
+  // a batch of 8 one-token requests: 8 tiles, 2 CTAs by the minimum work (4 chunks each), 4 CTAs of 2
+  const std::vector<int32_t> ones(8, 1);
+  const Plan p8 = make_plan(cfg, ones, 64, 1, 1);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p8, ones, 64, 1));
+  EXPECT_EQ(p8.v.header[kHdrNumCtas], 4);
+}
+
+TEST(PlannerTwin, ChunkRuleLeavesAlignedAndLargeBatchesAlone) {
+  const DecodePlanConfig cfg = make_decode_plan_config_for(256, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
+  // uniform_512: 64 pairs of 8 tiles, 128 CTAs of one chunk each
+  const std::vector<int32_t> u512(64, 512);
+  const Plan pu = make_plan(cfg, u512, 64, 8, 512);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pu, u512, 64, 8));
+  EXPECT_EQ(pu.v.header[kHdrNumCtas], 128);
+  // skewed_mix (32 x 128 + 32 x 4K) already uses every CTA: nothing to grow
+  std::vector<int32_t> mix(64, 4096);
+  for (int i = 0; i < 32; ++i) mix[i] = 128;
+  const Plan pm = make_plan(cfg, mix, 64, 64, 4096);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pm, mix, 64, 64));
+  EXPECT_EQ(pm.v.header[kHdrNumCtas], 264);
+  // 256 x 4K
+  const std::vector<int32_t> big(256, 4096);
+  const Plan pb = make_plan(cfg, big, 64, 64, 4096);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pb, big, 64, 64));
+  EXPECT_EQ(pb.v.header[kHdrNumCtas], 264);
 }
 
 TEST(PlannerTwin, EmptyBatchAndAllEmpty) {

@@ -19,7 +19,8 @@ constexpr int kMaxQLen = 8;        // query tokens per request (speculative deco
 constexpr int kMaxGroup = 16;      // query heads per KV head
 constexpr int kMaxRows = kMaxQLen * kMaxGroup;  // query rows of one (request, KV head) pair
 // Minimum tiles per CTA in dynamic mode: below this a CTA spends more on start-up and on the merge of its
-// partial result than on reading KV, so short batches use fewer CTAs instead of splitting further.
+// partial result than on reading KV, so short batches use fewer CTAs instead of splitting further (unless
+// that would leave a CTA walking more than kMaxChunksPerCta chunks, see dynamic_next_ctas).
 constexpr int kMinTilesPerCta = 4;
 // Static split-KV baseline: at most this many splits per pair.
 constexpr int kMaxStaticSplits = 64;
@@ -86,6 +87,43 @@ HK_HD int64_t dynamic_cta_begin(int64_t i, int64_t total_tiles, int64_t num_ctas
 // Dynamic mode: the CTA whose range holds linear tile x (inverse of dynamic_cta_begin).
 HK_HD int dynamic_cta_of_tile(int64_t x, int64_t total_tiles, int64_t num_ctas) {
   return static_cast<int>(((x + 1) * num_ctas - 1) / total_tiles);
+}
+
+// Dynamic mode: a CTA walks its chunks (the pairs its tile range touches) one after another, and a chunk costs
+// the consumers about three tiles' time on top of its own tiles (session 13's per-CTA trace: ~2.6 us for a
+// one-tile chunk against ~0.7 us per further tile). With equal tile budgets, short requests that sit next to
+// each other in the tile order crowd into a few CTAs: on skewed_extreme (1 x 16K + 15 x 64 tokens) the CTAs
+// holding the 15 one-tile requests walked 4-5 chunks and finished at ~16 us while every other CTA had finished
+// at ~8.6 us. So the plan doubles its CTA count (up to the cap) while some CTA would walk more than this many
+// chunks. (DecodePlanConfig::max_chunks_per_cta carries it, so that a profiling switch can change it for the
+// planner and its twin alike; 0 turns the rule off.)
+constexpr int kMaxChunksPerCta = 2;
+
+// The pair holding linear tile x: the last pair p in [0, P) whose first tile prefix[p] <= x (prefix: the
+// exclusive prefix of tiles per pair, P + 1 entries; an empty pair shares its start with the next pair).
+HK_HD int pair_of_tile(const int* prefix, int P, int64_t x) {
+  int lo = 0, hi = P;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (prefix[mid] <= x) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+// Chunks of CTA i in a dynamic plan of C CTAs over T tiles: the pairs its range touches (empty pairs between
+// two of them, which the kernel skips, count too: an overestimate only in batches with empty requests).
+HK_HD int dynamic_cta_chunks(const int* prefix, int P, int64_t T, int C, int i) {
+  const int64_t b = dynamic_cta_begin(i, T, C), e = dynamic_cta_begin(i + 1, T, C);
+  return e <= b ? 0 : pair_of_tile(prefix, P, e - 1) - pair_of_tile(prefix, P, b) + 1;
+}
+
+// The CTA count to try after C when some CTA of C walks too many chunks: twice as many, at most `cap` and at
+// most one tile per CTA; 0 when C cannot grow.
+HK_HD int dynamic_next_ctas(int C, int cap, int64_t T) {
+  int64_t n = 2 * static_cast<int64_t>(C);
+  if (n > cap) n = cap;
+  if (n > T) n = T;
+  return n > C ? static_cast<int>(n) : 0;
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
