@@ -19,12 +19,16 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   using Scan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
+  __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
   const DecodePlanView& v = a.plan;
   const int tid = threadIdx.x;
   const int H = a.num_kv_heads;
   const int P = a.batch * H;
   const int64_t capacity = static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size;
-  if (tid == 0) s_err = 0;
+  if (tid == 0) {
+    s_err = 0;
+    s_crowded = 0;
+  }
   __syncthreads();
   ptx::grid_dependency_wait();  // PDL: seq_lens may come from the previous kernel
   ptx::launch_dependents();
@@ -66,15 +70,25 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
     const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas);
     C = dynamic_num_ctas(T, cap);
-    // more CTAs while one of them would walk too many chunks (block-uniform decisions)
-    for (int next = dynamic_next_ctas(C, cap, T); a.max_chunks_per_cta > 0 && next != 0;
-         next = dynamic_next_ctas(C, cap, T)) {
-      bool crowded = false;
-      for (int i = tid; i < C && !crowded; i += kPlanThreads) {
-        crowded = dynamic_cta_chunks(s_prefix, P, T, C, i) > a.max_chunks_per_cta;
+    // The chunk rule (kMaxChunksPerCta): double C while a CTA would walk too many chunks. Every candidate count
+    // C, 2C, ... up to the cap is tested at once, one thread per pair (dynamic_pair_crowds), and the plan takes
+    // the first uncrowded one (or the cap): one barrier instead of a search per CTA per doubling.
+    if (a.max_chunks_per_cta > 0 && dynamic_next_ctas(C, cap, T) != 0) {
+      unsigned crowded = 0;  // bit k: candidate k (C doubled k times) has a crowded CTA
+      for (int p = tid; p < P; p += kPlanThreads) {
+        int k = 0;  // the last candidate (no successor) needs no test
+        for (int c = C, n = dynamic_next_ctas(C, cap, T); n != 0; c = n, n = dynamic_next_ctas(c, cap, T), ++k) {
+          if (dynamic_pair_crowds(s_prefix, P, T, c, a.max_chunks_per_cta, p)) crowded |= 1u << k;
+        }
       }
-      if (!__syncthreads_or(crowded)) break;
-      C = next;
+      crowded = __reduce_or_sync(0xffffffffu, crowded);
+      if ((tid & 31) == 0 && crowded != 0) atomicOr(&s_crowded, crowded);
+      __syncthreads();
+      crowded = s_crowded;
+      for (int n = dynamic_next_ctas(C, cap, T); n != 0 && (crowded & 1u); n = dynamic_next_ctas(C, cap, T)) {
+        C = n;
+        crowded >>= 1;
+      }
     }
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "hopperkit/decode/heuristics.h"
 
@@ -99,6 +100,31 @@ TEST(Heuristics, ChunksOfACtaRange) {
   EXPECT_EQ(dynamic_cta_chunks(prefix, 5, 10, 2, 1), 1);
   // 10 CTAs: one tile each, one chunk each
   for (int i = 0; i < 10; ++i) EXPECT_EQ(dynamic_cta_chunks(prefix, 5, 10, 10, i), 1);
+}
+
+TEST(Heuristics, PairViewOfTheChunkRuleMatchesTheCtaWalk) {
+  // the device planner's per-pair test (dynamic_pair_crowds) against the twin's per-CTA count, on random
+  // batches with empty, one-tile and long pairs, every C up to the tiles and limits 1..5
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int P = 1 + rng() % 40;
+    std::vector<int> prefix(P + 1, 0);
+    for (int p = 0; p < P; ++p) {
+      const int kind = rng() % 4;
+      const int tiles = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? 1 + rng() % 4 : 1 + rng() % 100;
+      prefix[p + 1] = prefix[p] + tiles;
+    }
+    const int64_t T = prefix[P];
+    if (T == 0) continue;
+    const int C = 1 + static_cast<int>(rng() % T);
+    for (int L = 1; L <= 5; ++L) {
+      bool by_cta = false, by_pair = false;
+      for (int i = 0; i < C; ++i) by_cta |= dynamic_cta_chunks(prefix.data(), P, T, C, i) > L;
+      for (int p = 0; p < P; ++p) by_pair |= dynamic_pair_crowds(prefix.data(), P, T, C, L, p);
+      ASSERT_EQ(by_pair, by_cta) << "P " << P << " T " << T << " C " << C << " L " << L;
+    }
+  }
+  EXPECT_FALSE(dynamic_pair_crowds(nullptr, 4, 10, 2, 0, 0));  // limit 0: the rule is off
 }
 
 TEST(Heuristics, NextCtaCountDoublesUpToTheCapAndTheTiles) {

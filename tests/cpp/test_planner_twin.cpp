@@ -258,7 +258,7 @@ TEST(PlannerTwin, LongPairsRunOnTheCappedCtas) {
 
 TEST(PlannerTwin, CrowdedShortRequestsGetMoreCtas) {
   // skewed_extreme (1 x 16K + 15 x 64 tokens): 271 tiles; the minimum work gives 67 CTAs, whose last four walk
-  // 4-5 one-tile requests each; the chunk rule doubles to 134 (still 3 chunks in a CTA), then to the cap
+  // 4-5 one-tile requests each; the chunk rule doubles to 134 (at most 3 chunks in a CTA; at most 2: the cap)
   std::vector<int32_t> lens(16, 64);
   lens[0] = 16384;
   const DecodePlanConfig cfg = make_decode_plan_config_for(16, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
@@ -266,8 +266,14 @@ TEST(PlannerTwin, CrowdedShortRequestsGetMoreCtas) {
   const Plan p = make_plan(cfg, lens, 64, 256, 16384);
   ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, 64, 256));
   EXPECT_EQ(dynamic_num_ctas(271, 264), 67);
-  EXPECT_EQ(p.v.header[kHdrNumCtas], 264);
-  EXPECT_LE(max_chunks_by_walk(p.v.pair_tile_start, 16, 271, 264), 2);
+  EXPECT_EQ(p.v.header[kHdrNumCtas], 134);
+  EXPECT_EQ(max_chunks_by_walk(p.v.pair_tile_start, 16, 271, 134), 3);
+  DecodePlanConfig two = cfg;
+  two.max_chunks_per_cta = 2;
+  const Plan p2 = make_plan(two, lens, 64, 256, 16384);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(p2, lens, 64, 256));
+  EXPECT_EQ(p2.v.header[kHdrNumCtas], 264);
+  EXPECT_LE(max_chunks_by_walk(p2.v.pair_tile_start, 16, 271, 264), 2);
   // the rule off (profiling switch HOPPERKIT_DECODE_MAX_CHUNKS=0): the minimum-work count
   DecodePlanConfig off = cfg;
   off.max_chunks_per_cta = 0;

@@ -95,9 +95,11 @@ HK_HD int dynamic_cta_of_tile(int64_t x, int64_t total_tiles, int64_t num_ctas) 
 // each other in the tile order crowd into a few CTAs: on skewed_extreme (1 x 16K + 15 x 64 tokens) the CTAs
 // holding the 15 one-tile requests walked 4-5 chunks and finished at ~16 us while every other CTA had finished
 // at ~8.6 us. So the plan doubles its CTA count (up to the cap) while some CTA would walk more than this many
-// chunks. (DecodePlanConfig::max_chunks_per_cta carries it, so that a profiling switch can change it for the
-// planner and its twin alike; 0 turns the rule off.)
-constexpr int kMaxChunksPerCta = 2;
+// chunks. Measured on the H200 (session 14, run 1): at 2, skewed_extreme went from 67 to 264 CTAs and 16.38 /
+// 17.97 us (BF16 / FP8) to 16.25 / 15.54; at 3 it stops at 134 CTAs and took 14.14 / 13.80 (0.870x / 0.888x
+// the time at 2), every other scenario within 0.5%. (DecodePlanConfig::max_chunks_per_cta carries it, so that
+// a profiling switch can change it for the planner and its twin alike; 0 turns the rule off.)
+constexpr int kMaxChunksPerCta = 3;
 
 // The pair holding linear tile x: the last pair p in [0, P) whose first tile prefix[p] <= x (prefix: the
 // exclusive prefix of tiles per pair, P + 1 entries; an empty pair shares its start with the next pair).
@@ -124,6 +126,18 @@ HK_HD int dynamic_next_ctas(int C, int cap, int64_t T) {
   if (n > cap) n = cap;
   if (n > T) n = T;
   return n > C ? static_cast<int>(n) : 0;
+}
+
+// The chunk rule seen from pair p, so that the device planner decides it with one thread per pair and no search:
+// some CTA of a C-CTA plan walks more than L >= 1 chunks (dynamic_cta_chunks > L) exactly when, for some p with
+// p + L < P, the last tile before prefix[p + 1] and tile prefix[p + L] (< T) fall in the same CTA. (That CTA
+// touches a pair q <= p and the first non-empty pair at or after p + L; conversely, a CTA whose range runs from
+// pair q to a pair >= q + L is found at p = q.) The twin walks the CTAs instead (dynamic_cta_chunks); a CPU test
+// checks the two agree.
+HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L, int p) {
+  if (L <= 0 || p < 0 || p + L >= P) return false;
+  const int64_t last = static_cast<int64_t>(prefix[p + 1]) - 1, far = prefix[p + L];
+  return last >= 0 && far < T && dynamic_cta_of_tile(last, T, C) == dynamic_cta_of_tile(far, T, C);
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
