@@ -204,15 +204,42 @@ def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
     return out
 
 
-def check_activation_codes(act: torch.Tensor, ref: torch.Tensor, what: str = "") -> int:
+# Accumulation error of the kernels' FP8 tensor-core sums, relative to the sum of the terms' magnitudes. Hopper's
+# FP8 MMA keeps about 14 bits while it accumulates (DeepSeek-V3 report: a maximum relative error near 2% of the
+# result at K = 4096, i.e. ~5e-4 = 2^-11 of the terms' magnitudes for random data). Where SiLU(gate) * up is
+# small because gate or up cancelled, that error is a large part of the value: the tests met codes 0.3-0.4 code
+# units from the float32 reference's near zero (session 14 run 2, 4096-16384 tokens).
+FP8_MMA_ACCUMULATION_EPS = 2.0 ** -11
+
+
+def check_activation_codes(act: torch.Tensor, ref: torch.Tensor, what: str = "",
+                           slack: Optional[torch.Tensor] = None) -> int:
     """Checks FP8 activation codes a kernel formed (`act`, as float32) against the reference's (`ref`): each
-    at most one FP8 step away (1/8 of the value; near zero, where e4m3 codes are dense, 0.25 code units).
-    Raises AssertionError otherwise; returns how many codes differ at all (see `allowed_code_differences`)."""
-    over = (act - ref).abs() > 0.125 * ref.abs() + 0.25
+    at most one FP8 step away (1/8 of the value; near zero, where e4m3 codes are dense, 0.25 code units), plus
+    `slack` (code units, broadcast with `ref`) where the inputs' own error bound allows more (see
+    `activation_code_slack`). Raises AssertionError otherwise; returns how many codes differ at all (see
+    `allowed_code_differences`)."""
+    tol = 0.125 * ref.abs() + 0.25
+    if slack is not None:
+        tol = tol + slack
+    over = (act - ref).abs() > tol
     if over.any():
         raise AssertionError(f"{what}{int(over.sum())} activation codes beyond one FP8 step of the reference, "
                              f"e.g. {act[over][:4].tolist()} vs {ref[over][:4].tolist()}")
     return int((act != ref).sum())
+
+
+def activation_code_slack(gu: torch.Tensor, gu_mag: torch.Tensor, code_scale: torch.Tensor) -> torch.Tensor:
+    """How far (code units) the kernel's SiLU(gate) * up may stray from the float32 reference's through the FP8
+    tensor cores' accumulation error alone: gate and up each off by at most FP8_MMA_ACCUMULATION_EPS times the
+    sum of their terms' magnitudes (`gu_mag` = |x| @ |w13|^T, [rows, 2I]), carried through SiLU (slope below
+    1.1) and the product, divided by the codes' scale (`code_scale`, broadcast with [rows, I])."""
+    I = gu.shape[1] // 2
+    g, u = gu[:, :I], gu[:, I:]
+    dg = FP8_MMA_ACCUMULATION_EPS * gu_mag[:, :I]
+    du = FP8_MMA_ACCUMULATION_EPS * gu_mag[:, I:]
+    dh = 1.1 * u.abs() * dg + (torch.nn.functional.silu(g).abs() + 1.1 * dg) * du
+    return dh / code_scale
 
 
 def allowed_code_differences(total: int, fraction: float = 2e-2) -> float:
@@ -264,7 +291,9 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
         hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
         act = v["act"][off[e]:off[e + 1]].to(torch.float32)
         r = hq.to(torch.float32)
-        check_activation_codes(act, r, f"expert {e}: ")  # every row, copies included
+        slack = activation_code_slack(gu, x[tok].abs() @ w13e.abs().T,
+                                      hs.repeat_interleave(128, -1) if block else a2_scale.float())
+        check_activation_codes(act, r, f"expert {e}: ", slack)  # every row, copies included
         # count the differing codes of each distinct (token, expert) row once: routing may repeat a pair (all
         # top-k on one expert), and the copies carry the same codes, which would multiply one rounding flip
         seen, keep = set(), []

@@ -67,6 +67,21 @@ TEST(Heuristics, ClaimsBySmOnlyUnderTheLongPairCap) {
   EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132));                 // nothing to claim
 }
 
+TEST(Heuristics, CtaBeginAndCtaOfTileAgreeWithTheir64BitFormulas) {
+  // the 32-bit fast path (T * C < 2^32) and the 64-bit one, on both sides of the switch
+  std::mt19937_64 rng(11);
+  for (int iter = 0; iter < 20000; ++iter) {
+    const int64_t C = 1 + static_cast<int64_t>(rng() % 2048);
+    const int64_t limit = iter % 2 ? (int64_t{1} << 32) / C + 2 : int64_t{1} << 33;
+    const int64_t T = C + static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
+    const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(C + 1));
+    const int64_t x = static_cast<int64_t>(rng() % static_cast<uint64_t>(T));
+    ASSERT_EQ(dynamic_cta_begin(i, T, C), (i * T) / C) << T << " " << C << " " << i;
+    ASSERT_EQ(dynamic_cta_of_tile(x, T, C), static_cast<int>(((x + 1) * C - 1) / T)) << T << " " << C << " " << x;
+    ASSERT_EQ(dynamic_cta_of_tile(T - 1, T, C), C - 1);
+  }
+}
+
 TEST(Heuristics, CtaOfTileInvertsCtaBegin) {
   std::mt19937 rng(7);
   for (int iter = 0; iter < 2000; ++iter) {

@@ -13,8 +13,8 @@ import torch
 
 import hopperkit
 from hopperkit import _core
-from hopperkit.reference import (allowed_code_differences, check_activation_codes, fp8_quantize_reference,
-                                 fused_moe_reference, moe_reference_from_kernel_codes)
+from hopperkit.reference import (activation_code_slack, allowed_code_differences, check_activation_codes,
+                                 fp8_quantize_reference, fused_moe_reference, moe_reference_from_kernel_codes)
 
 pytestmark = pytest.mark.gpu
 
@@ -464,11 +464,13 @@ def test_stages_match_reference(T, block):
     hq, hs = fp8_quantize_reference(h, None if block else kw["a2_scale"])
     act = v["act"][:sorted_rows.numel()]
     # every tile runs on wgmma, whose FP8 products are summed with fewer bits than fp32 within each 128-deep
-    # stage (an absolute error of a few 1e-4 of the summands): a code may move to its neighbour (at most 1/8 of
-    # the value), and values near zero, where e4m3 codes are dense, by a small absolute amount (in code units,
-    # where the largest code is 448). 0.25 code units: a block-scaled code in a 300-token run landed 0.14 units
-    # away (session 4; there the largest code of each 128-column group is 448, so 0.25 units is 5.6e-4 of it)
-    differ = check_activation_codes(act.float(), hq.float())  # raises beyond one step
+    # stage: a code may move to its neighbour (at most 1/8 of the value), and values near zero, where e4m3 codes
+    # are dense, by a small absolute amount (in code units, where the largest code is 448): 0.25 code units
+    # (a block-scaled code in a 300-token run landed 0.14 units away, session 4) plus what the accumulation
+    # error bound allows where gate or up cancelled (hopperkit.reference.activation_code_slack)
+    gu_mag = torch.einsum("rh,rnh->rn", xd[tok].abs(), w13d[e_of].abs())
+    slack = activation_code_slack(gu, gu_mag, hs.repeat_interleave(128, -1) if block else kw["a2_scale"])
+    differ = check_activation_codes(act.float(), hq.float(), slack=slack)  # raises beyond one step
     assert differ <= allowed_code_differences(act.numel()), f"{differ} of {act.numel()} activation codes differ"
     if block:
         sc = v["act_scale"][:sorted_rows.numel()]
