@@ -1,6 +1,14 @@
-"""Shared pytest setup: GPU tests run only on a Hopper (sm_90) GPU and say why they skip otherwise."""
+"""Shared pytest setup: GPU tests run only on a Hopper (sm_90) GPU and say why they skip otherwise; one run
+seed for every test module (fresh each run unless HK_TEST_SEED is set), printed in the run's summary so that a
+failure can be replayed with HK_TEST_SEED=<seed>."""
+import os
+import random
+
 import pytest
 import torch
+
+# before the test modules are imported: each reads HK_TEST_SEED for its RUN_SEED
+os.environ.setdefault("HK_TEST_SEED", str(random.randrange(1 << 30)))
 
 
 def _gpu_skip_reason():
@@ -22,3 +30,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"HK_TEST_SEED={os.environ['HK_TEST_SEED']} (replay: HK_TEST_SEED=<seed> pytest ...)")
