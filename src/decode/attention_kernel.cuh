@@ -468,6 +468,7 @@ struct MergeArgs {
   int first_slot;
   int stale;
   float v_scale;
+  HK_TRACE_ONLY(unsigned long long* trace;)  // decode/trace.h (trace builds only)
 };
 
 __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const ChunkInfo& ci, float v_scale) {
@@ -487,6 +488,7 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
   m.first_slot = ci.first_slot;
   m.stale = ci.stale;
   m.v_scale = v_scale;
+  HK_TRACE_ONLY(m.trace = a.trace;)
   return m;
 }
 
@@ -503,6 +505,9 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
   const int rows = m.rows;
   const int64_t slot_stride_o = static_cast<int64_t>(m.partial_rows) * kHeadDim;
   const int d4 = lane * 4;
+  // trace: this CTA's first merge records at +0, later ones at +1
+  HK_TRACE_ONLY(const int tr_i = m.trace != nullptr && m.trace[blockIdx.x * kTraceSlots + kTrMergeIn] != 0 ? 1 : 0;
+                if (threadIdx.x == 0) HK_TR(m, kTrMergeIn + tr_i);)
   for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
     float mx[R], wsum[R], acc[R][4];
 #pragma unroll
@@ -550,6 +555,8 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
         }
         mx[j] = cm;
       }
+      // (the condition reads the loaded values, so the clock is read after they returned)
+      HK_TRACE_ONLY(if (threadIdx.x == 0 && c0 == 0 && mx[0] != 1.2345f) HK_TR(m, kTrMergeLoaded + tr_i);)
     }
 #pragma unroll
     for (int j = 0; j < R; ++j) {
@@ -581,6 +588,7 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
       }
     }
   }
+  HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(m, kTrMergeOut + tr_i);)
 }
 
 // Counts one more finished input on `counter`; true in every consumer thread of the CTA that finished the
@@ -1231,6 +1239,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           merge_slots(merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
           if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
           const bool flast = arrive_last(&a.plan.merge_counters[ci.pair], groups, flag);
+          HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrMergeNext);)
           HK_TRACE_ONLY(if (threadIdx.x == 0 && flast) {
             HK_TR(a, kTrMergeStart);
             tr_counts += 1ull << 16;

@@ -9,7 +9,7 @@
 namespace hopperkit {
 namespace decode {
 
-constexpr int kTraceSlots = 48;   // u64 per CTA
+constexpr int kTraceSlots = 56;   // u64 per CTA
 constexpr int kTraceMaxCtas = 2048;
 
 enum TraceEvent : int {
@@ -39,6 +39,11 @@ enum TraceEvent : int {
   kTrChunkEpiBar = 40,  // + c: consumers (token-group variants): chunk c's partial results in shared memory,
                         //      after the barrier that precedes combining them
   kTrWarpTiles = 44,    // + w: consumer warp w's lane 0: chunk 1's last tile consumed (warp skew)
+  // inside merge_slots, thread 0, for the CTA's first merge (+0) and its last later one (+1):
+  kTrMergeIn = 48,      // + i: merge_slots entered
+  kTrMergeLoaded = 50,  // + i: its first partials' loads returned (their maximum log2-sum-exp computed)
+  kTrMergeOut = 52,     // + i: its stores issued, returning
+  kTrMergeNext = 54,    // + 0: after a group merge, the arrival on the pair's group counter returned
 };
 constexpr int kTrChunks = 4;
 
