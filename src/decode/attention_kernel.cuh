@@ -504,6 +504,7 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
   const int warp = threadIdx.x >> 5;
   const int rows = m.rows;
   const int64_t slot_stride_o = static_cast<int64_t>(m.partial_rows) * kHeadDim;
+  const uint32_t prow = static_cast<uint32_t>(m.partial_rows);
   const int d4 = lane * 4;
   // trace: this CTA's first merge records at +0, later ones at +1
   HK_TRACE_ONLY(const int tr_i = m.trace != nullptr && m.trace[blockIdx.x * kTraceSlots + kTrMergeIn] != 0 ? 1 : 0;
@@ -522,15 +523,19 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
 #pragma unroll
       for (int i = 0; i < kMergeGroup; ++i) {
         const bool have = c0 + i < count;
-        const int slot = have ? piece_slot(m.first_slot, k0 + (c0 + i) * step) : 0;
+        // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
+        // one wide multiply-add per address instead of 64-bit products per (piece, row)
+        const uint32_t lbase =
+            have ? static_cast<uint32_t>(piece_slot(m.first_slot, k0 + (c0 + i) * step)) * prow : 0u;
+        const uint32_t obase = lbase * kHeadDim + d4;
 #pragma unroll
         for (int j = 0; j < R; ++j) {
           const int r = rb + j * kConsumerWarps;
           lse[j][i] = -INFINITY;
           o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
           if (have && r < rows) {
-            lse[j][i] = ptx::ld_cg_f(m.partial_lse + static_cast<int64_t>(slot) * m.partial_rows + r);
-            o[j][i] = ptx::ld_cg_f4(m.partial_o + slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4);
+            lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
+            o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
           }
         }
       }
