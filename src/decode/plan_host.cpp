@@ -88,6 +88,10 @@ DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int
   c.long_pair_ctas = mode == PlanMode::kDynamic ? long_pair_ctas : 0;
   // Static mode: pairs * splits <= pairs + sm_ctas (see static_num_splits).
   c.max_ctas = mode == PlanMode::kDynamic ? sm_ctas : static_cast<int>(pairs) + sm_ctas;
+  // the split merge addresses the partial buffers with 32-bit element offsets (merge_slots)
+  const int64_t partial_floats = static_cast<int64_t>(c.partial_slots()) * c.max_rows() * kHeadDim;
+  HK_CHECK(kUnsupported, partial_floats < (int64_t{1} << 32), "2 * max CTAs * max_q_len * group * 128",
+           "< 2^32 (partial buffer floats)", partial_floats);
   return c;
 }
 

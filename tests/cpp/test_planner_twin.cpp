@@ -254,6 +254,10 @@ TEST(PlannerTwin, LongPairsRunOnTheCappedCtas) {
   // the cap must fit the config
   EXPECT_THROW(make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132, 133), Error);
   EXPECT_THROW(make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132, -1), Error);
+  // partial buffers beyond 2^32 floats (the merge's 32-bit offsets): 2 x 131072 slots x 128 rows x 128 dims
+  EXPECT_THROW(make_decode_plan_config_for(32, 16, 1, DType::kBF16, 8, PlanMode::kDynamic, 131072), Error);
+  EXPECT_NO_THROW(make_decode_plan_config_for(32, 16, 1, DType::kBF16, 8, PlanMode::kDynamic, 131071));
+  EXPECT_NO_THROW(make_decode_plan_config_for(49152, 16, 1, DType::kBF16, 8, PlanMode::kStatic, 2048));
 }
 
 TEST(PlannerTwin, CrowdedShortRequestsGetMoreCtas) {
