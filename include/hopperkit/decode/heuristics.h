@@ -145,7 +145,7 @@ HK_HD int dynamic_next_ctas(int C, int cap, int64_t T) {
 // pair q to a pair >= q + L is found at p = q.) The twin walks the CTAs instead (dynamic_cta_chunks); a CPU test
 // checks the two agree.
 HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L, int p) {
-  if (L <= 0 || p < 0 || p + L >= P) return false;
+  if (L <= 0 || p < 0 || L >= P - p) return false;  // (not p + L >= P: L may be as large as INT_MAX)
   const int64_t last = static_cast<int64_t>(prefix[p + 1]) - 1, far = prefix[p + L];
   return last >= 0 && far < T && dynamic_cta_of_tile(last, T, C) == dynamic_cta_of_tile(far, T, C);
 }
