@@ -74,7 +74,8 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
   c.max_chunks_per_cta = static_cast<int>(v[13]);
   HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "plan_cfg",
            "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
-  HK_CHECK(kValue, c.max_chunks_per_cta >= 0, "plan_cfg", "max_chunks_per_cta >= 0", c.max_chunks_per_cta);
+  HK_CHECK(kValue, v[13] >= 0 && v[13] <= decode::kMaxChunksLimit, "plan_cfg",
+           "max_chunks_per_cta 0.." + std::to_string(decode::kMaxChunksLimit), v[13]);
   if (launch) {
     launch->grid_ctas = static_cast<int>(v[8]);
     launch->static_splits = static_cast<int>(v[9]);

@@ -183,7 +183,7 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
                                                    sms * per_sm, long_ctas);
   // Profiling aid (not for serving): HOPPERKIT_DECODE_MAX_CHUNKS=n sets the chunks per CTA above which the
   // dynamic plan grows its CTA count (kMaxChunksPerCta; 0 = never). Planner and CPU twin read it from the config.
-  static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", kMaxChunksPerCta, 0);
+  static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", kMaxChunksPerCta, 0, kMaxChunksLimit);
   c.max_chunks_per_cta = max_chunks;
   return c;
 }
@@ -194,6 +194,8 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            "a config made by make_decode_plan_config", "max_batch " + std::to_string(c.max_batch));
   HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "config",
            "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
+  HK_CHECK(kValue, c.max_chunks_per_cta >= 0 && c.max_chunks_per_cta <= kMaxChunksLimit, "config",
+           "max_chunks_per_cta 0.." + std::to_string(kMaxChunksLimit), c.max_chunks_per_cta);
   HK_CHECK(kValue, pp.batch >= 0 && pp.batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch),
            pp.batch);
   HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,

@@ -140,8 +140,6 @@ TEST(Heuristics, PairViewOfTheChunkRuleMatchesTheCtaWalk) {
     }
   }
   EXPECT_FALSE(dynamic_pair_crowds(nullptr, 4, 10, 2, 0, 0));  // limit 0: the rule is off
-  const int four[] = {0, 1, 2, 3, 4};  // a limit near INT_MAX (a profiling switch's value) reads nothing
-  for (int p = 0; p < 4; ++p) EXPECT_FALSE(dynamic_pair_crowds(four, 4, 4, 1, 2147483647, p));
 }
 
 TEST(Heuristics, NextCtaCountDoublesUpToTheCapAndTheTiles) {

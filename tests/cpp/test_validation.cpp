@@ -156,6 +156,9 @@ TEST(Validation, PlannerRejectsBeforeLaunch) {
   pp.block_size = 48;
   EXPECT_THROW(decode_plan(pp), Error);
   pp.block_size = 64;
+  pp.config.max_chunks_per_cta = kMaxChunksLimit + 1;  // a limit that would overflow the planner's pair test
+  EXPECT_THROW(decode_plan(pp), Error);
+  pp.config.max_chunks_per_cta = kMaxChunksPerCta;
   pp.workspace_bytes -= 4;
   EXPECT_THROW(decode_plan(pp), Error);
 }

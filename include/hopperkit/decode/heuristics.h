@@ -110,6 +110,8 @@ HK_HD int dynamic_cta_of_tile(int64_t x, int64_t total_tiles, int64_t num_ctas) 
 // the time at 2), every other scenario within 0.5%. (DecodePlanConfig::max_chunks_per_cta carries it, so that
 // a profiling switch can change it for the planner and its twin alike; 0 turns the rule off.)
 constexpr int kMaxChunksPerCta = 3;
+// The largest limit a plan accepts (decode_plan checks it; with the pair count's own bound it keeps p + L in range).
+constexpr int kMaxChunksLimit = 1 << 16;
 
 // The pair holding linear tile x: the last pair p in [0, P) whose first tile prefix[p] <= x (prefix: the
 // exclusive prefix of tiles per pair, P + 1 entries; an empty pair shares its start with the next pair).
@@ -145,7 +147,7 @@ HK_HD int dynamic_next_ctas(int C, int cap, int64_t T) {
 // pair q to a pair >= q + L is found at p = q.) The twin walks the CTAs instead (dynamic_cta_chunks); a CPU test
 // checks the two agree.
 HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L, int p) {
-  if (L <= 0 || p < 0 || L >= P - p) return false;  // (not p + L >= P: L may be as large as INT_MAX)
+  if (L <= 0 || p < 0 || p + L >= P) return false;  // no overflow: L <= kMaxChunksLimit, p < P (checked by decode_plan)
   const int64_t last = static_cast<int64_t>(prefix[p + 1]) - 1, far = prefix[p + L];
   return last >= 0 && far < T && dynamic_cta_of_tile(last, T, C) == dynamic_cta_of_tile(far, T, C);
 }
