@@ -28,6 +28,7 @@ CHUNK_EVENTS = [("meta", 36), ("tma", 32), ("q", 16), ("kv", 20), ("tiles", 24),
 EVENTS = ["entry", "depwait", "first_meta", "first_tma", "last_tma", "first_q", "first_kv", "last_tile",
           "epilogue", "merge_start", "exit"]
 MERGE_EVENTS = ["merge_in0", "merge_loaded0", "merge_out0", "next0", "merge_in1", "merge_loaded1", "merge_out1"]
+REPORTED = EVENTS + ["handshake"] + MERGE_EVENTS  # in report order
 SLOT = {"entry": 1, "depwait": 2, "first_meta": 3, "first_tma": 4, "last_tma": 5, "first_q": 6, "first_kv": 7,
         "last_tile": 8, "epilogue": 9, "merge_start": 10, "exit": 11, "handshake": 15,
         # inside merge_slots: the CTA's first merge (0) and its last later one (1); after a group merge, the
@@ -75,7 +76,7 @@ def report(title, rows):
         return {}
     print(f"   {'event':12s} {'min':>7s} {'median':>7s} {'max':>7s}   (µs from the first CTA entry)")
     summary = {}
-    for name in EVENTS + ["handshake"] + MERGE_EVENTS:
+    for name in REPORTED:
         vals = [c[name] for c in ctas if name in c]
         if not vals:
             continue
@@ -84,7 +85,7 @@ def report(title, rows):
     if idle_exit:
         print(f"   idle CTAs exit: {min(idle_exit):.2f} .. {max(idle_exit):.2f}")
     last = max(ctas, key=lambda c: c.get("exit", 0))
-    line = ", ".join(f"{k} {last[k]:.2f}" for k in EVENTS + ["handshake"] + MERGE_EVENTS if k in last)
+    line = ", ".join(f"{k} {last[k]:.2f}" for k in REPORTED if k in last)
     print(f"   last CTA {last['cta']} (sm {last['sm']}, {last['chunks']} chunks, {last['merges']} merges): {line}")
     busiest = max(ctas, key=lambda c: (c["chunks"], c.get("exit", 0)))
     for who, c in (("last", last), ("most chunks", busiest)):

@@ -4,7 +4,7 @@ activation-code check's allowance, to calibrate hopperkit.reference.FP8_MMA_ACCU
     python3 scripts/moe_code_error.py [--seeds 4] [--cases 4096x512x256x16x8xblock,16384x256x128x64x2]
 
 Per case (tokens x hidden x intermediate x experts x top_k, "xblock" for block-wise scales) and seed: the codes
-beyond one FP8 step (0.125 |ref| + 0.25 code units, the check without its accumulation slack), the largest
+beyond one FP8 step (`one_step_allowance`: the check without its accumulation slack), the largest
 such excess, and the accumulation error it implies: excess / (the slack at eps = 1), whose maximum over all
 codes is the smallest FP8_MMA_ACCUMULATION_EPS that passes them. Needs an sm_90 GPU and the installed package.
 """
@@ -27,7 +27,6 @@ def main() -> int:
     import torch
     import hopperkit
     from hopperkit import reference as R
-    from hopperkit.moe import _workspace_views
     import test_moe_gpu as t  # the tests' own input builders
 
     worst_eps = 0.0
@@ -46,26 +45,12 @@ def main() -> int:
             out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
             hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, out=out, workspace=ws, **kw)
             torch.cuda.synchronize()
-            v = _workspace_views(ws, T, K, H, I, E)
-            off = v["expert_offset"].long().tolist()
-            xd = R._moe_input_reference(x, None, kw.get("a13_scale"), block)
-            rows = v["sorted_rows"].long()
             n_over = n_codes = 0
             max_excess = imp = 0.0
-            for e in range(E):
-                if off[e + 1] <= off[e]:
-                    continue
-                tok = rows[off[e]:off[e + 1]] // K
-                w13e, _ = R._moe_expert_weights(w13, w2, s13, s2, e, block)
-                gu = xd[tok] @ w13e.T
-                h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
-                hq, hs = R.fp8_quantize_reference(h, None if block else kw["a2_scale"].float())
-                ref = hq.float()
-                act = v["act"][off[e]:off[e + 1]].float()
-                unit = R.activation_code_slack(gu, xd[tok].abs() @ w13e.abs().T,
-                                               hs.repeat_interleave(128, -1) if block else kw["a2_scale"].float())
-                unit = unit / R.FP8_MMA_ACCUMULATION_EPS  # the slack at eps = 1
-                excess = (act - ref).abs() - (0.125 * ref.abs() + 0.25)
+            for c in R.kernel_activation_codes(ws, x, ids, w13, w2, s13, s2, **kw):
+                act, ref = c["act"], c["ref"]
+                unit = c["slack"] / R.FP8_MMA_ACCUMULATION_EPS  # the slack at eps = 1
+                excess = (act - ref).abs() - R.one_step_allowance(ref)
                 over = excess > 0
                 n_over += int(over.sum())
                 n_codes += act.numel()

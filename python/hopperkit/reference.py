@@ -212,6 +212,12 @@ def fused_moe_reference(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
 FP8_MMA_ACCUMULATION_EPS = 2.0 ** -11
 
 
+def one_step_allowance(ref: torch.Tensor) -> torch.Tensor:
+    """How far (code units) an FP8 activation code may lie from the reference's `ref` by rounding alone: one e4m3
+    step, 1/8 of the value, and near zero, where the codes are dense, 0.25 code units."""
+    return 0.125 * ref.abs() + 0.25
+
+
 def check_activation_codes(act: torch.Tensor, ref: torch.Tensor, what: str = "",
                            slack: Optional[torch.Tensor] = None) -> int:
     """Checks FP8 activation codes a kernel formed (`act`, as float32) against the reference's (`ref`): each
@@ -219,7 +225,7 @@ def check_activation_codes(act: torch.Tensor, ref: torch.Tensor, what: str = "",
     `slack` (code units, broadcast with `ref`) where the inputs' own error bound allows more (see
     `activation_code_slack`). Raises AssertionError otherwise; returns how many codes differ at all (see
     `allowed_code_differences`)."""
-    tol = 0.125 * ref.abs() + 0.25
+    tol = one_step_allowance(ref)
     if slack is not None:
         tol = tol + slack
     over = (act - ref).abs() > tol
@@ -249,6 +255,41 @@ def allowed_code_differences(total: int, fraction: float = 2e-2) -> float:
     return fraction * total + 3.0 * (fraction * total) ** 0.5
 
 
+def kernel_activation_codes(workspace: torch.Tensor, hidden: torch.Tensor, topk_ids: torch.Tensor,
+                            w13: torch.Tensor, w2: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor, *,
+                            a13_scale: Optional[torch.Tensor] = None, a2_scale: Optional[torch.Tensor] = None,
+                            hidden_scale: Optional[torch.Tensor] = None):
+    """Per local expert with rows, the SiLU(gate) * up codes a hopperkit.fused_moe call left in `workspace` next
+    to the float32 reference's: a dict with "expert", "rows" (its slice of the routing index), "tok" / "kk" (token
+    and top-k slot per row), "act" and "ref" (codes as float32 [rows, I]), "ref_scale" (the reference's code
+    scales), "slack" (activation_code_slack, code units), "w2" (the expert's dequantised down weights), "block",
+    and "views" (the workspace views)."""
+    from .moe import _workspace_views  # needs the compiled core (layout offsets); no GPU
+    block = w13_scale.dim() == 3
+    T, H = hidden.shape
+    K = topk_ids.shape[1]
+    E, I2, _ = w13.shape
+    I = I2 // 2
+    v = _workspace_views(workspace, T, K, H, I, E)
+    off = v["expert_offset"].long().tolist()
+    x = _moe_input_reference(hidden, hidden_scale, a13_scale, block)
+    rows = v["sorted_rows"].long()
+    for e in range(E):
+        if off[e + 1] <= off[e]:
+            continue
+        sl = slice(off[e], off[e + 1])
+        rid = rows[sl]
+        tok, kk = rid // K, rid % K
+        w13e, w2e = _moe_expert_weights(w13, w2, w13_scale, w2_scale, e, block)
+        gu = x[tok] @ w13e.T
+        h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
+        hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
+        slack = activation_code_slack(gu, x[tok].abs() @ w13e.abs().T,
+                                      hs.repeat_interleave(128, -1) if block else a2_scale.float())
+        yield {"expert": e, "rows": sl, "tok": tok, "kk": kk, "act": v["act"][sl].to(torch.float32),
+               "ref": hq.to(torch.float32), "ref_scale": hs, "slack": slack, "w2": w2e, "block": block, "views": v}
+
+
 def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tensor, topk_ids: torch.Tensor,
                                     topk_weights: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                                     w13_scale: torch.Tensor, w2_scale: torch.Tensor, *,
@@ -268,32 +309,13 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
     the group scales within 2e-3), and the rest of the computation (down projection, bf16 rounding per row,
     top-k weighted sum, shared output) is compared from the kernel's own codes. Raises AssertionError naming
     the check that failed."""
-    from .moe import _workspace_views  # needs the compiled core (layout offsets); no GPU
-    block = w13_scale.dim() == 3
     T, H = hidden.shape
-    K = topk_ids.shape[1]
-    E, I2, _ = w13.shape
-    I = I2 // 2
-    v = _workspace_views(workspace, T, K, H, I, E)
-    off = v["expert_offset"].long().tolist()
-    x = _moe_input_reference(hidden, hidden_scale, a13_scale, block)
-    rows = v["sorted_rows"].long()
     out = torch.zeros(T, H, dtype=torch.float32, device=hidden.device)
     differ = total = 0
-    for e in range(E):
-        if off[e + 1] <= off[e]:
-            continue
-        rid = rows[off[e]:off[e + 1]]
-        tok, kk = rid // K, rid % K
-        w13e, w2e = _moe_expert_weights(w13, w2, w13_scale, w2_scale, e, block)
-        gu = x[tok] @ w13e.T
-        h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
-        hq, hs = fp8_quantize_reference(h, None if block else a2_scale.float())
-        act = v["act"][off[e]:off[e + 1]].to(torch.float32)
-        r = hq.to(torch.float32)
-        slack = activation_code_slack(gu, x[tok].abs() @ w13e.abs().T,
-                                      hs.repeat_interleave(128, -1) if block else a2_scale.float())
-        check_activation_codes(act, r, f"expert {e}: ", slack)  # every row, copies included
+    for c in kernel_activation_codes(workspace, hidden, topk_ids, w13, w2, w13_scale, w2_scale,
+                                     a13_scale=a13_scale, a2_scale=a2_scale, hidden_scale=hidden_scale):
+        e, tok, act, r = c["expert"], c["tok"], c["act"], c["ref"]
+        check_activation_codes(act, r, f"expert {e}: ", c["slack"])  # every row, copies included
         # count the differing codes of each distinct (token, expert) row once: routing may repeat a pair (all
         # top-k on one expert), and the copies carry the same codes, which would multiply one rounding flip
         seen, keep = set(), []
@@ -303,16 +325,16 @@ def moe_reference_from_kernel_codes(workspace: torch.Tensor, hidden: torch.Tenso
         keep = torch.tensor(keep, dtype=torch.bool, device=act.device)
         differ += int((act[keep] != r[keep]).sum())
         total += int(keep.sum()) * act.shape[1]
-        if block:
-            ks = v["act_scale"][off[e]:off[e + 1]]
+        if c["block"]:
+            ks, hs = c["views"]["act_scale"][c["rows"]], c["ref_scale"]
             rel = ((ks - hs).abs() / hs).max().item()
             if rel >= 2e-3:
                 raise AssertionError(f"expert {e}: activation group scales {rel:.3e} relative from the reference")
             ad = act * ks.repeat_interleave(128, -1)
         else:
             ad = act * a2_scale.float()
-        y = (ad @ w2e.T).to(torch.bfloat16).to(torch.float32)
-        out.index_add_(0, tok, y * topk_weights[tok, kk].unsqueeze(1).float())
+        y = (ad @ c["w2"].T).to(torch.bfloat16).to(torch.float32)
+        out.index_add_(0, tok, y * topk_weights[tok, c["kk"]].unsqueeze(1).float())
     allowed = allowed_code_differences(total, max_code_diff_fraction)
     if total and differ > allowed:
         raise AssertionError(f"{differ} of {total} activation codes differ from the reference (allowed {allowed:.0f})")

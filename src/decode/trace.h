@@ -40,7 +40,7 @@ enum TraceEvent : int {
                         //      after the barrier that precedes combining them
   kTrWarpTiles = 44,    // + w: consumer warp w's lane 0: chunk 1's last tile consumed (warp skew)
   // inside merge_slots, thread 0, for the CTA's first merge (+0) and its last later one (+1):
-  kTrMergeIn = 48,      // + i: merge_slots entered
+  kTrMergeIn = 48,      // + i: merge_slots entered (after one global read of this slot, which picks i)
   kTrMergeLoaded = 50,  // + i: its first partials' loads returned (their maximum log2-sum-exp computed)
   kTrMergeOut = 52,     // + i: its stores issued, returning
   kTrMergeNext = 54,    // + 0: after a group merge, the arrival on the pair's group counter returned

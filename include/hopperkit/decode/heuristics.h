@@ -81,8 +81,9 @@ HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int m
 
 // Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
 // (Both in 32-bit arithmetic where the product fits, as it does for every plan of fewer than 2^32 / C tiles: on
-// the GPU a 64-bit division is a subroutine call of a few hundred cycles, and the planner makes several per
-// thread one after another: in session 14 run 2, four more per thread added ~0.85 us to the plan's time.)
+// the GPU a 64-bit division is a subroutine call. Session 14 added it for the chunk rule's tests, suspecting
+// them of the ~0.9 us the rule added to the plan; the plan's time did not change (runs 2 and 3), so the
+// divisions were not the cost. Kept: exact, and what the GPU suite ran.)
 HK_HD int64_t dynamic_cta_begin(int64_t i, int64_t total_tiles, int64_t num_ctas) {
   if (i >= 0 && i <= num_ctas && total_tiles * num_ctas <= 0xffffffffLL) {  // i * T <= C * T
     return static_cast<uint32_t>(i) * static_cast<uint32_t>(total_tiles) / static_cast<uint32_t>(num_ctas);
