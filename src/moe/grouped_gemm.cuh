@@ -667,8 +667,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
         for (int nt = 0; nt < kHalf; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            h[mt][nt][i] = silu(acc[mt][nt][i] * out_scale) * (acc[mt][nt + kHalf][i] * out_scale);
+          for (int i = 0; i < 4; ++i) {
+            // tile row of the element (swapped: 8 j + 2 t4 + (i & 1), nt = 2 b + j). A padding row's zero would
+            // send silu's IEEE division down its slow path (a subroutine call per element): feed it 1 and store
+            // 0, which is what a zero row gives (silu(0) * up = 0); the stores skip those rows anyway.
+            const int r = C::kSwapAB ? 8 * (nt & 1) + 2 * t4 + (i & 1) : wm * C::kWM + mt * 16 + g + 8 * (i >> 1);
+            const bool valid = r < rows;
+            const float gate = valid ? acc[mt][nt][i] * out_scale : 1.f;
+            h[mt][nt][i] = valid ? silu(gate) * (acc[mt][nt + kHalf][i] * out_scale) : 0.f;
+          }
       float row_scale[C::kMT][2];
       if constexpr (kBlock && !C::kSwapAB) {  // amax per row over 128 columns: quad, then the warps via shared memory
         consumer_sync();  // the previous item's reset of s_amax is done
