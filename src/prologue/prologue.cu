@@ -87,6 +87,17 @@ void validate_attention_prologue(const PrologueParams& p) {
            "strides (" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ")");
   HK_CHECK(kStride, p.q_out_stride_token > 0 && p.q_out_stride_head > 0, "q_out", "positive strides",
            "(" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ")");
+  // the pair kernel forms byte offsets from 32-bit strides (one wide multiply per address)
+  const int64_t limit32 = int64_t{1} << 32;
+  HK_CHECK(kUnsupported, p.qkv_stride_token * 2 < limit32, "qkv", "a row stride below 2^32 bytes",
+           p.qkv_stride_token * 2);
+  HK_CHECK(kUnsupported, p.cos_sin_stride * dtype_size(p.cos_sin_dtype) < limit32, "cos_sin_cache",
+           "a row stride below 2^32 bytes", p.cos_sin_stride * dtype_size(p.cos_sin_dtype));
+  HK_CHECK(kUnsupported,
+           p.q_out_stride_token * dtype_size(p.q_out_dtype) < limit32 &&
+               p.q_out_stride_head * dtype_size(p.q_out_dtype) < limit32,
+           "q_out", "strides below 2^32 bytes",
+           "(" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ") elements");
   if (p.q_out_dtype == DType::kFP8E4M3) {
     HK_CHECK(kValue, p.q_scale_out != nullptr, "q_scale_out", "a [num_tokens, num_q_heads] float32 tensor (fp8 q)",
              "null");

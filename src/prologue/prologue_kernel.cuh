@@ -205,8 +205,8 @@ struct KvDst {
   int64_t idx;     // element index of the row
   float inv;       // fp8: 1 / the cache's scale
 };
-__device__ __forceinline__ bool kv_destination(const PrologueArgs& a, int h, int64_t slot, bool count_lane,
-                                               KvDst& d) {
+// The row only (d.inv left unset): for kernels that hoist the cache scales out of their item loop.
+__device__ __forceinline__ bool kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane, KvDst& d) {
   if (slot == -1) return false;  // padding token
   if (slot < 0 || slot >= a.num_slots) {
     if (h == a.hq && count_lane) atomicAdd(&a.err[kErrSlot], 1);
@@ -219,11 +219,18 @@ __device__ __forceinline__ bool kv_destination(const PrologueArgs& a, int h, int
   d.idx = is_k ? blk * a.ks_block + off * a.ks_token + head * a.ks_head
                : blk * a.vs_block + off * a.vs_token + head * a.vs_head;
   d.cache = is_k ? a.k_cache : a.v_cache;
-  d.inv = 1.f;
-  if (a.kv_fp8) {
-    const float* sp = is_k ? a.k_scale : a.v_scale;
-    if (sp != nullptr) d.inv = 1.f / *sp;
-  }
+  return true;
+}
+// 1 / the fp8 cache scale of K (is_k) or V; 1 for a bf16 cache or no scale
+__device__ __forceinline__ float kv_inv_scale(const PrologueArgs& a, bool is_k) {
+  if (!a.kv_fp8) return 1.f;
+  const float* sp = is_k ? a.k_scale : a.v_scale;
+  return sp != nullptr ? 1.f / *sp : 1.f;
+}
+__device__ __forceinline__ bool kv_destination(const PrologueArgs& a, int h, int64_t slot, bool count_lane,
+                                               KvDst& d) {
+  if (!kv_row(a, h, slot, count_lane, d)) return false;
+  d.inv = kv_inv_scale(a, h < a.hq + a.hkv);
   return true;
 }
 // vector x at chunk c of the row

@@ -16,7 +16,7 @@
 namespace hopperkit {
 namespace prologue {
 
-// Resident CTAs per SM asked of the register allocator: 3 (77 registers, no spills). Each thread walks its items
+// Resident CTAs per SM asked of the register allocator: 3 (80 registers, no spills). Each thread walks its items
 // g, g + grid size, ... over one resident wave and loads the next item before working on the current one. H200,
 // session 9, same-build A/B (run 6) against one item per thread on a full grid at 4 CTAs per SM (64 registers,
 // run 4's kernel): 0.82-0.85x the time for bf16 at 4096-32768 tokens (hy3_full 32768: 433 -> 353 us, 90% of copy
@@ -42,89 +42,128 @@ struct PairItem {
   int t, h;
 };
 
+// What a thread keeps for its whole loop: its two chunks' byte offsets and per-call constants that the item path
+// used to recompute per item. Session 15 (H200, hy3_full 32768 tokens, ncu): the fp8 path executed 401 warp
+// instructions per item, much of it 64-bit address arithmetic and, per K / V item, an IEEE division of the
+// cache scale; byte offsets from 32-bit strides (one wide multiply per address), the token and head advanced
+// by a constant step instead of a division, the cache scales' reciprocals once per thread, and the 1/rms folded
+// into the store's factor (norm_weights) took the fp8 path to 0.95-0.98x the time (run 7).
+struct PairConsts {
+  uint32_t qkv_row_bytes;   // qkv row stride in bytes
+  uint32_t chunk_a, chunk_b;  // byte offsets of chunks ca, cb inside a head (bf16)
+  uint32_t cs_row_bytes;    // cos/sin row stride in bytes
+  uint32_t cs_c, cs_s;      // NeoX: byte offsets of this thread's cos and sin inside a row
+  uint32_t qo_token_bytes, qo_head_bytes;  // q_out strides in bytes
+  float inv_k, inv_v;       // 1 / the fp8 cache scales (1 for bf16)
+};
+
 template <int D>
-__device__ __forceinline__ void load_pair_item(const PrologueArgs& a, int g, int ca, int cb, PairItem& it) {
+__device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h,
+                                               PairItem& it) {
+  it.t = t, it.h = h;
+  const uint8_t* head = reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(t) * k.qkv_row_bytes +
+                        static_cast<uint32_t>(h) * (D * 2);
+  it.raw_a = *reinterpret_cast<const uint4*>(head + k.chunk_a);
+  it.raw_b = *reinterpret_cast<const uint4*>(head + k.chunk_b);
+  it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
+                        : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
+  it.slot = h >= a.hq ? a.slot_mapping[t] : -1;
+}
+
+// The norm weights of chunk c (8 values, fp32 or bf16) from global memory (L1 hits after the first item). Copying
+// them to shared memory once per CTA (fill, then a barrier before the first item) was 2-5% slower at 512-4096
+// tokens, where a thread has ~3 items (session 15 runs 5 and 7; equal from 32768 tokens).
+__device__ __forceinline__ void global_w8(const void* w, int w_f32, int c, float (&x)[8]) {
+  load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(c) * 8 * (w_f32 ? 4 : 2), w_f32, x);
+}
+
+// RMSNorm with the 1/rms factor deferred: x *= w, returns 1/rms of x as it came in (before the weights).
+// RoPE is linear and the fp8 amax scales with it, so the factor joins the one multiply of the store.
+template <int D>
+__device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], const void* w, int w_f32, int ca,
+                                             int cb, float eps, unsigned mask) {
   constexpr int TPH = D / 16;
-  const int H = a.hq + 2 * a.hkv;
-  const int hv = g / TPH;
-  it.t = static_cast<int>(fast_div(static_cast<uint32_t>(hv), a.div_heads));
-  it.h = hv - it.t * H;
-  const uint16_t* src = a.qkv + static_cast<int64_t>(it.t) * a.qkv_stride + it.h * D;
-  it.raw_a = *reinterpret_cast<const uint4*>(src + ca * 8);
-  it.raw_b = *reinterpret_cast<const uint4*>(src + cb * 8);
-  it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[it.t]
-                        : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[it.t]);
-  it.slot = it.h >= a.hq ? a.slot_mapping[it.t] : -1;
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) ss += xa[i] * xa[i] + xb[i] * xb[i];
+  ss = group_sum<TPH>(ss, mask);
+  float wa[8], wb[8];
+  global_w8(w, w_f32, ca, wa);
+  global_w8(w, w_f32, cb, wb);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    xa[i] *= wa[i];
+    xb[i] *= wb[i];
+  }
+  return rsqrtf(ss * (1.f / static_cast<float>(D)) + eps);
 }
 
 template <int D>
-__device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const PairItem& it, int u, int ca, int cb,
-                                                  int r16, unsigned mask) {
+__device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const PairConsts& k,
+                                                  const PairItem& it, int u, int ca, int cb, int r16,
+                                                  unsigned mask) {
   constexpr int TPH = D / 16;
   const int t = it.t, h = it.h;
-  const int64_t p = it.p, slot = it.slot;
-  const uint4 raw_a = it.raw_a, raw_b = it.raw_b;
-  if (p < 0 || p >= a.max_position) {  // untrusted: skip the whole token, count it once
+  if (it.p < 0 || it.p >= a.max_position) {  // untrusted: skip the whole token, count it once
     if (h == 0 && u == 0) atomicAdd(&a.err[kErrPosition], 1);
     return;
   }
   const int kind = h < a.hq ? 0 : (h < a.hq + a.hkv ? 1 : 2);  // q, k, v
   float xa[8], xb[8];
-  bf16x8_to_float(raw_a, xa);
-  bf16x8_to_float(raw_b, xb);
+  bf16x8_to_float(it.raw_a, xa);
+  bf16x8_to_float(it.raw_b, xb);
+  float rn = 1.f;  // the deferred 1/rms (1: no norm)
   if (kind != 2) {
     const void* w = kind == 0 ? a.q_w : a.k_w;
-    const int es = a.cos_sin_f32 ? 4 : 2;
-    const int half = a.rotary_dim / 2;
-    const uint8_t* row = static_cast<const uint8_t*>(a.cos_sin) + p * a.cs_stride * es;
-    auto norm = [&]() {
-      float ss = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss += xa[i] * xa[i] + xb[i] * xb[i];
-      ss = group_sum<TPH>(ss, mask);
-      const float rn = rsqrtf(ss / static_cast<float>(D) + a.eps);
-      float wa[8], wb[8];
-      const int wes = a.w_f32 ? 4 : 2;
-      load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(ca) * 8 * wes, a.w_f32, wa);
-      load8(static_cast<const uint8_t*>(w) + static_cast<int64_t>(cb) * 8 * wes, a.w_f32, wb);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        xa[i] = xa[i] * rn * wa[i];
-        xb[i] = xb[i] * rn * wb[i];
-      }
-    };
-    if (w != nullptr && a.norm_first) norm();
+    const bool has_w = w != nullptr;
+    const uint8_t* row =
+        static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(static_cast<uint32_t>(it.p)) * k.cs_row_bytes;
+    if (has_w && a.norm_first) rn = norm_weights<D>(xa, xb, w, a.w_f32, ca, cb, a.eps, mask);
     if (a.is_neox) {
-      if (u < r16) rope_neox_pair(xa, xb, row + static_cast<int64_t>(u * 8) * es,
-                                  row + static_cast<int64_t>(half + u * 8) * es, a.cos_sin_f32);
+      if (u < r16) rope_neox_pair(xa, xb, row + k.cs_c, row + k.cs_s, a.cos_sin_f32);
     } else {
+      const int es = a.cos_sin_f32 ? 4 : 2;
+      const int half = a.rotary_dim / 2;
       if (ca < 2 * r16) rope_gptj_vec(xa, row, es, half, ca, a.cos_sin_f32);
       if (cb < 2 * r16) rope_gptj_vec(xb, row, es, half, cb, a.cos_sin_f32);
     }
-    if (w != nullptr && !a.norm_first) norm();
+    if (has_w && !a.norm_first) rn = norm_weights<D>(xa, xb, w, a.w_f32, ca, cb, a.eps, mask);
   }
   if (kind == 0) {
-    const int64_t o = static_cast<int64_t>(t) * a.qo_token + static_cast<int64_t>(h) * a.qo_head;
+    uint8_t* dst = a.q_out + (static_cast<uint64_t>(t) * k.qo_token_bytes + static_cast<uint64_t>(h) * k.qo_head_bytes);
     if (a.q_fp8) {
       float amax = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(fabsf(xa[i]), fabsf(xb[i])));
       amax = group_max<TPH>(amax, mask);
       float scale, inv;
-      fp8_head_scale(amax, scale, inv);
-      *reinterpret_cast<uint2*>(a.q_out + o + ca * 8) = fp8x8(xa, inv);
-      *reinterpret_cast<uint2*>(a.q_out + o + cb * 8) = fp8x8(xb, inv);
-      if (u == 0) a.q_scale_out[static_cast<int64_t>(t) * a.hq + h] = scale;
+      fp8_head_scale(amax * rn, scale, inv);  // max |x * rn| == rn * max |x| exactly (rn > 0)
+      const float f = rn * inv;
+      *reinterpret_cast<uint2*>(dst + ca * 8) = fp8x8(xa, f);
+      *reinterpret_cast<uint2*>(dst + cb * 8) = fp8x8(xb, f);
+      if (u == 0) a.q_scale_out[t * a.hq + h] = scale;
     } else {
-      *reinterpret_cast<uint4*>(a.q_out + (o + ca * 8) * 2) = bf16x8(xa);
-      *reinterpret_cast<uint4*>(a.q_out + (o + cb * 8) * 2) = bf16x8(xb);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
+      *reinterpret_cast<uint4*>(dst + ca * 16) = bf16x8(xa);
+      *reinterpret_cast<uint4*>(dst + cb * 16) = bf16x8(xb);
     }
     return;
   }
   KvDst d;
-  if (!kv_destination(a, h, slot, u == 0, d)) return;
-  store_kv(a, d, ca, xa);
-  store_kv(a, d, cb, xb);
+  if (!kv_row(a, h, it.slot, u == 0, d)) return;
+  if (a.kv_fp8) {
+    const float f = rn * (kind == 1 ? k.inv_k : k.inv_v);
+    *reinterpret_cast<uint2*>(d.cache + d.idx + ca * 8) = fp8x8(xa, f);
+    *reinterpret_cast<uint2*>(d.cache + d.idx + cb * 8) = fp8x8(xb, f);
+  } else {
+    if (kind == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
+    }
+    *reinterpret_cast<uint4*>(d.cache + (d.idx + ca * 8) * 2) = bf16x8(xa);
+    *reinterpret_cast<uint4*>(d.cache + (d.idx + cb * 8) * 2) = bf16x8(xb);
+  }
 }
 
 template <int D>
@@ -133,25 +172,48 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
   static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
   const int lane = threadIdx.x & 31;
   const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
-  const int total = a.num_tokens * (a.hq + 2 * a.hkv) * TPH;  // < 2^30, checked on the host
-  const int stride = gridDim.x * kPrologueThreads;             // a multiple of TPH: head groups stay together
-  int g = blockIdx.x * kPrologueThreads + threadIdx.x;
-  if (g >= total) return;  // whole head groups drop out together (total is a multiple of TPH)
+  const int H = a.hq + 2 * a.hkv;
+  // item g = (t * H + h) * TPH + u; a thread keeps u and walks g, g + grid size, ... (a multiple of TPH)
+  const int hv0 = (blockIdx.x * kPrologueThreads + threadIdx.x) / TPH;
+  int t = static_cast<int>(fast_div(static_cast<uint32_t>(hv0), a.div_heads));
+  int h = hv0 - t * H;
   const int u = threadIdx.x % TPH;
   const int r16 = a.rotary_dim / 16;
   const int ca = u < r16 ? u : 2 * r16 + (u - r16);
   const int cb = u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16);
-  PairItem cur;
-  load_pair_item<D>(a, g, ca, cb, cur);
+  PairConsts k;
+  k.qkv_row_bytes = static_cast<uint32_t>(a.qkv_stride) * 2u;  // < 2^32: checked on the host
+  k.chunk_a = static_cast<uint32_t>(ca) * 16u;
+  k.chunk_b = static_cast<uint32_t>(cb) * 16u;
+  const uint32_t es = a.cos_sin_f32 ? 4u : 2u;
+  k.cs_row_bytes = static_cast<uint32_t>(a.cs_stride) * es;
+  k.cs_c = static_cast<uint32_t>(u * 8) * es;
+  k.cs_s = static_cast<uint32_t>(a.rotary_dim / 2 + u * 8) * es;
+  const uint32_t qes = a.q_fp8 ? 1u : 2u;
+  k.qo_token_bytes = static_cast<uint32_t>(a.qo_token) * qes;
+  k.qo_head_bytes = static_cast<uint32_t>(a.qo_head) * qes;
+  // the first item's loads go out before the cache scales' loads and divisions
+  const bool active = t < a.num_tokens;
+  PairItem A, B;
+  if (active) load_pair_item<D>(a, k, t, h, A);
+  k.inv_k = kv_inv_scale(a, true);
+  k.inv_v = kv_inv_scale(a, false);
+  if (!active) return;  // whole head groups drop out together
+  const int step = gridDim.x * (kPrologueThreads / TPH);  // head vectors per step
+  const int dt = static_cast<int>(fast_div(static_cast<uint32_t>(step), a.div_heads)), dh = step - dt * H;
+  auto advance = [&]() {
+    t += dt, h += dh;
+    if (h >= H) h -= H, ++t;
+  };
+  // one copy of the item code: two copies taking turns (no per-step copy of the prefetched item, twice the code)
+  // measured the same (session 15 runs 3 and 5)
   while (true) {
-    const int gn = g + stride;
-    const bool more = gn < total;
-    PairItem next;
-    if (more) load_pair_item<D>(a, gn, ca, cb, next);
-    process_pair_item<D>(a, cur, u, ca, cb, r16, mask);
+    advance();
+    const bool more = t < a.num_tokens;
+    if (more) load_pair_item<D>(a, k, t, h, B);
+    process_pair_item<D>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
-    cur = next;
-    g = gn;
+    A = B;
   }
 }
 

@@ -80,6 +80,12 @@ TEST(PrologueValidation, EveryBadInputIsRejectedWithItsArgument) {
       {"no blocks", [](auto& p) { p.num_blocks = 0; }, ErrorKind::kShape, "k_cache"},
       {"q out stride", [](auto& p) { p.q_out_stride_head = 100; }, ErrorKind::kAlignment, "q_out"},
       {"fp8 q without scales", [](auto& p) { p.q_out_dtype = DType::kFP8E4M3; }, ErrorKind::kValue, "q_scale_out"},
+      // the pair kernel's byte offsets come from 32-bit strides
+      {"qkv row of 2^32 bytes", [](auto& p) { p.qkv_stride_token = int64_t{1} << 31; }, ErrorKind::kUnsupported, "qkv"},
+      {"table row of 2^32 bytes", [](auto& p) { p.cos_sin_stride = int64_t{1} << 30; }, ErrorKind::kUnsupported,
+       "cos_sin_cache"},
+      {"q out token stride of 2^32 bytes", [](auto& p) { p.q_out_stride_token = int64_t{1} << 31; },
+       ErrorKind::kUnsupported, "q_out"},
   };
   for (const Case& c : cases) {
     PrologueParams p = valid();
