@@ -87,14 +87,16 @@ void validate_attention_prologue(const PrologueParams& p) {
            "strides (" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ")");
   HK_CHECK(kStride, p.q_out_stride_token > 0 && p.q_out_stride_head > 0, "q_out", "positive strides",
            "(" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ")");
-  // the pair kernel forms byte offsets from 32-bit strides (one wide multiply per address)
+  // the pair kernel forms byte offsets from 32-bit strides (one wide multiply per address); a single token's
+  // row stride is never used
   const int64_t limit32 = int64_t{1} << 32;
-  HK_CHECK(kUnsupported, p.qkv_stride_token * 2 < limit32, "qkv", "a row stride below 2^32 bytes",
-           p.qkv_stride_token * 2);
+  HK_CHECK(kUnsupported, row * 2 < limit32, "qkv", "rows below 2^32 bytes", row * 2);
+  HK_CHECK(kUnsupported, p.num_tokens == 1 || p.qkv_stride_token * 2 < limit32, "qkv",
+           "a row stride below 2^32 bytes", p.qkv_stride_token * 2);
   HK_CHECK(kUnsupported, p.cos_sin_stride * dtype_size(p.cos_sin_dtype) < limit32, "cos_sin_cache",
            "a row stride below 2^32 bytes", p.cos_sin_stride * dtype_size(p.cos_sin_dtype));
   HK_CHECK(kUnsupported,
-           p.q_out_stride_token * dtype_size(p.q_out_dtype) < limit32 &&
+           (p.num_tokens == 1 || p.q_out_stride_token * dtype_size(p.q_out_dtype) < limit32) &&
                p.q_out_stride_head * dtype_size(p.q_out_dtype) < limit32,
            "q_out", "strides below 2^32 bytes",
            "(" + std::to_string(p.q_out_stride_token) + ", " + std::to_string(p.q_out_stride_head) + ") elements");

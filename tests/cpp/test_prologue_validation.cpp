@@ -100,6 +100,16 @@ TEST(PrologueValidation, EveryBadInputIsRejectedWithItsArgument) {
   }
 }
 
+TEST(PrologueValidation, OneTokensStridesAreNotUsed) {
+  PrologueParams p = valid();
+  p.num_tokens = 1;
+  p.qkv_stride_token = int64_t{1} << 31;    // 2^32 bytes: rejected from two tokens on
+  p.q_out_stride_token = int64_t{1} << 31;
+  EXPECT_NO_THROW(validate_attention_prologue(p));
+  p.num_tokens = 2;
+  EXPECT_THROW(validate_attention_prologue(p), Error);
+}
+
 TEST(PrologueValidation, ZeroTokensIsANoOp) {
   PrologueParams p = valid();
   p.num_tokens = 0;
