@@ -42,6 +42,8 @@ if [ ! -d bench/anchors ] && [ -d ../shared/anchors ]; then mkdir -p bench/ancho
 # ---- 1. build and install (kernels for sm_90a)
 # provenance: a copy of the tree without .git can be told its commit with HOPPERKIT_GIT_HASH=<hash>
 if [ -z "${HOPPERKIT_GIT_HASH:-}" ] && git rev-parse HEAD >/dev/null 2>&1; then
+  # a device copy of the tree may carry a stale .git (session 15): pass the local hash instead
+  echo "warning: HOPPERKIT_GIT_HASH is not set: naming the build after this tree's .git ($(git rev-parse --short HEAD)), which a device copy may carry stale" >&2
   export HOPPERKIT_GIT_HASH=$(git rev-parse --short=12 HEAD)
 fi
 export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-unknown}}

@@ -19,6 +19,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/variant_ab_out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
+# provenance: the benchmarks name their commit from HOPPERKIT_COMMIT, else git. A device copy of the tree can carry
+# a stale .git (session 15: runs labelled with the session's first commit), so set HOPPERKIT_GIT_HASH in the
+# device command to the local `git rev-parse --short HEAD`.
+export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-}}
+[ -n "$HOPPERKIT_COMMIT" ] || echo "warning: HOPPERKIT_GIT_HASH is not set: results take their commit from this tree's .git, which a device copy may carry stale" >&2
 BENCH="" BARGS="" TESTS=""
 VARIANTS=()
 while [ $# -gt 0 ]; do
@@ -68,7 +73,9 @@ measure() {  # $1: run name; builds and installs the tree as it is now, runs the
   grep -E "GPU tests" "$TMP/build_$name.log" | tail -1 > "$TMP/tests_$name.txt"
   echo "== $name: $BENCH $BARGS"
   # shellcheck disable=SC2086
-  timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit $BARGS --out "$TMP/$name.json" \
+  local commit=${HOPPERKIT_COMMIT:-unknown}
+  [ "$name" = baseline ] || commit="$commit+$name"  # a variant: the baseline's tree with the variant's files
+  HOPPERKIT_COMMIT=$commit timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit $BARGS --out "$TMP/$name.json" \
     > "$TMP/bench_$name.log" 2>&1
   tail -1 "$TMP/bench_$name.log"
 }
