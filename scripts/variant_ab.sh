@@ -72,9 +72,9 @@ measure() {  # $1: run name; builds and installs the tree as it is now, runs the
   fi
   grep -E "GPU tests" "$TMP/build_$name.log" | tail -1 > "$TMP/tests_$name.txt"
   echo "== $name: $BENCH $BARGS"
-  # shellcheck disable=SC2086
   local commit=${HOPPERKIT_COMMIT:-unknown}
   [ "$name" = baseline ] || commit="$commit+$name"  # a variant: the baseline's tree with the variant's files
+  # shellcheck disable=SC2086
   HOPPERKIT_COMMIT=$commit timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit $BARGS --out "$TMP/$name.json" \
     > "$TMP/bench_$name.log" 2>&1
   tail -1 "$TMP/bench_$name.log"
