@@ -18,11 +18,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/ab_round_out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-# provenance: the benchmarks name their commit from HOPPERKIT_COMMIT, else git. A device copy of the tree can carry
-# a stale .git (session 15: runs labelled with the session's first commit), so set HOPPERKIT_GIT_HASH in the
-# device command to the local `git rev-parse --short HEAD`.
-export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-}}
-[ -n "$HOPPERKIT_COMMIT" ] || echo "warning: HOPPERKIT_GIT_HASH is not set: results take their commit from this tree's .git, which a device copy may carry stale" >&2
+source scripts/provenance.sh  # the commit the results name (HOPPERKIT_GIT_HASH)
 BENCH=""; BARGS=""; TESTS=""; BUILD=1; AB=()
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -44,4 +44,4 @@ for tag, base, s in MEMBERS:
             res["pred"][key] = {n: tm.simulate(plans[n], p2) for n in alts.NAMES}
     out.append(res)
     print(tag, s, base.t_round, base.t_epi, f"bw={prm.bw/1e6:.1f} off={prm.offset:.2f} rms={rms:.2f}", flush=True)
-json.dump(out, open("ensemble.json", "w"), indent=1)
+json.dump(out, open("ensemble.json", "w"), separators=(",", ":"))

@@ -180,7 +180,7 @@ def cost_cut(pre, C, k, weights=None):
         if i == C:
             starts.append(T)
             continue
-        p = max(0, min(P - 1, pair_of_tile_f(q, P, x)))
+        p = max(0, min(P - 1, pair_of_tile(q, P, x)))
         t = pre[p + 1] - pre[p]
         off = x - q[p] - (k if t > 0 else 0)
         tile = pre[p] + (0 if off <= 0 else min(t, int(off / w[p] + 1e-9)))
@@ -188,17 +188,6 @@ def cost_cut(pre, C, k, weights=None):
     for i in range(1, len(starts)):
         starts[i] = max(starts[i], starts[i - 1])
     return starts, Q
-
-
-def pair_of_tile_f(q, P, x):
-    lo, hi = 0, P
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if q[mid] <= x:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def cost_plan(lens, k, c_rule="now", **kw):
