@@ -6,7 +6,9 @@
 # "default" ran 5% slower than the kernel before it while its A/B looked 3% faster).
 #
 # Usage: scripts/variant_ab.sh --bench prologue_bench [--bench-args "--no-step --tokens 512,4096,32768"] \
-#          [--tests EXPR] --variant NAME [--variant NAME]...
+#          [--tests EXPR] [--variant-tests EXPR] --variant NAME [--variant NAME]...
+#   --variant-tests: the variants' tests when they differ from the baseline's (e.g. the full suite on the
+#   baseline, only the changed op's tests on each variant)
 #   variant NAME's files are under ab_variants/NAME/ at their repository paths (scripts/make_variant.sh writes
 #   them from a branch); ab_variants/ is git-ignored: pass it in the device call's `carry`.
 # $OUT gets variant_ab_<bench>.json (every run's rows and test summary), and failed_<run>*.log for a run
@@ -20,14 +22,15 @@ OUT=${OUT:-$PWD/variant_ab_out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 source scripts/provenance.sh  # the commit the results name (HOPPERKIT_GIT_HASH)
-BENCH="" BARGS="" TESTS=""
+BENCH="" BARGS="" TESTS="" VTESTS=""
 VARIANTS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --bench|--bench-args|--tests|--variant) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
+    --bench|--bench-args|--tests|--variant-tests|--variant) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
     --bench) BENCH="$2"; shift ;;
     --bench-args) BARGS="$2"; shift ;;
     --tests) TESTS="$2"; shift ;;
+    --variant-tests) VTESTS="$2"; shift ;;
     --variant) [ -d "ab_variants/$2" ] || { echo "no folder ab_variants/$2"; exit 2; }; VARIANTS+=("$2"); shift ;;
     *) echo "unknown argument: $1"; exit 2 ;;
   esac
@@ -84,6 +87,7 @@ for v in "${VARIANTS[@]}"; do
     if [ -f "$f" ]; then mkdir -p "$BACKUP/$(dirname "$f")"; cp "$f" "$BACKUP/$f"; else echo "$f" >> "$TMP/added"; fi
     mkdir -p "$(dirname "$f")"; cp "ab_variants/$v/$f" "$f"
   done
+  [ -n "$VTESTS" ] && TESTS=$VTESTS
   echo "== $v replaces: $(cd "ab_variants/$v" && find . -type f | sed 's|^\./||' | tr '\n' ' ')"
   measure "$v"
   restore
