@@ -160,17 +160,28 @@ void attention_prologue(const PrologueParams& p) {
   static const int forced =
       env_is("HOPPERKIT_PROLOGUE_KERNEL", "one") ? 1 : (env_is("HOPPERKIT_PROLOGUE_KERNEL", "pair") ? 2 : 0);
   const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
+  // the pair kernel's specialised item paths (prologue_pair_kernel.cuh): one list of modes
+  const int mode = !a.is_neox ? kModeAny
+                              : (!a.q_fp8 && !a.kv_fp8 ? kModeNeoxBf16 : (a.q_fp8 && a.kv_fp8 ? kModeNeoxFp8 : kModeAny));
+  auto launch_pair = [&](auto d, auto m) {
+    constexpr int D = decltype(d)::value, M = decltype(m)::value;
+    // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
+    static std::atomic<int> resident[kMaxDevices] = {};
+    const int res = resident_ctas(attention_prologue_pair_kernel<D, M>, kPrologueThreads, 0, resident,
+                                  "attention_prologue_pair_kernel");
+    const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
+    attention_prologue_pair_kernel<D, M><<<g, kPrologueThreads, 0, p.stream>>>(a);
+  };
   auto launch = [&](auto d) {
     constexpr int D = decltype(d)::value;
     if (!pair) {
       attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
-    } else {
-      // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
-      static std::atomic<int> resident[kMaxDevices] = {};
-      const int res =
-          resident_ctas(attention_prologue_pair_kernel<D>, kPrologueThreads, 0, resident, "attention_prologue_pair_kernel");
-      const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
-      attention_prologue_pair_kernel<D><<<g, kPrologueThreads, 0, p.stream>>>(a);
+      return;
+    }
+    switch (mode) {
+      case kModeNeoxBf16: launch_pair(d, std::integral_constant<int, kModeNeoxBf16>{}); break;
+      case kModeNeoxFp8: launch_pair(d, std::integral_constant<int, kModeNeoxFp8>{}); break;
+      default: launch_pair(d, std::integral_constant<int, kModeAny>{}); break;
     }
   };
   // one list of supported head dims; the default branch reports the value (validation catches it first)
