@@ -21,6 +21,16 @@ __device__ __forceinline__ uint64_t gmma_desc_sw128(uint32_t smem_byte_addr) {
   return d;
 }
 
+// The descriptor of the address `byte_offset` bytes past the one `desc` describes: the start address field is
+// (address & 0x3FFFF) >> 4 in bits 0-13, so for offsets that are multiples of 16 and stay inside shared memory
+// (below 2^18 bytes: no carry out of the field) the field just grows by byte_offset / 16. Lets a stage's
+// descriptors come from two built ones by adds (each built one is a shift, masks and ORs).
+__device__ __forceinline__ uint64_t gmma_desc_add(uint64_t desc, uint32_t byte_offset) {
+  // 32-bit add on the low word (no carry can leave the field): no 64-bit add with carry per descriptor
+  const uint32_t lo = static_cast<uint32_t>(desc) + (byte_offset >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // wgmma reads shared memory through the async proxy: operands written by the generic proxy (st.shared, cp.async)
 // need this fence, by the reading thread after it has observed the writes (e.g. after its mbarrier wait).
 __device__ __forceinline__ void fence_proxy_async_shared() {

@@ -132,14 +132,14 @@ __device__ __forceinline__ void for_each_acc(F&& f) {
       for (int i = 0; i < 4; ++i) f(mt, nt, i);
 }
 
-// The swapped 16-row wgmmas of one 32-byte K step: m64 block b (weight rows 64 b .., at w + b * 8 KB) into
+// The swapped 16-row wgmmas of one 32-byte K step: m64 block b (weight rows 64 b .., w's address + b * 8 KB) into
 // d[2 b], d[2 b + 1] (the tile's rows 0-7 and 8-15); `first`: the stage's first step (d written, not read).
 template <int kBlocks, int NT>
-__device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint32_t w, uint64_t dx, bool first) {
+__device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w, uint64_t dx, bool first) {
   static_assert(NT == 2 * kBlocks, "two n8 tiles per m64 block");
 #pragma unroll
   for (int b = 0; b < kBlocks; ++b) {
-    const uint64_t dw = gmma_desc_sw128(w + b * 64 * 128);
+    const uint64_t dw = gmma_desc_add(w, b * 64 * 128);
     if (first) {
       if (b == 0) wgmma_m64k32_e4m3_first<16, 0>(d, dw, dx);
       if (b == 1) wgmma_m64k32_e4m3_first<16, 2>(d, dw, dx);
@@ -447,11 +447,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         // d[0][2 b + j]: m64 block b (weight rows 64 b ..; gate-up: b = 0 gate, 1 up), tile rows 8 j ..
         if constexpr (!C::kTmaA) fence_proxy_async_shared();  // the tile rows arrived by cp.async
         wgmma_fence();
+        const uint64_t dx0 = gmma_desc_sw128(sa), dw0 = gmma_desc_sw128(sb);
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          const uint64_t dx = gmma_desc_sw128(sa + kk * 32);
           // gate-up: the gate box (BN / 2 rows) is followed by the up box, so block b's rows start at 64 b
-          swap_wgmma_blocks<C::kSwapBlocks>(d[0], sb + kk * 32, dx, kk == 0);
+          swap_wgmma_blocks<C::kSwapBlocks>(d[0], gmma_desc_add(dw0, kk * 32), gmma_desc_add(dx0, kk * 32), kk == 0);
         }
         wgmma_commit();
       } else if constexpr (C::kWgmma) {
@@ -460,13 +460,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         // A rows that arrived by cp.async (generic proxy) are fenced for wgmma's async-proxy reads.
         if constexpr (!C::kTmaA) fence_proxy_async_shared();
         wgmma_fence();
+        constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
+        const uint64_t da0 = gmma_desc_sw128(sa), db00 = gmma_desc_sw128(sb + (wn * kN) * 128);
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          const uint64_t da = gmma_desc_sw128(sa + kk * 32);
+          const uint64_t da = gmma_desc_add(da0, kk * 32);
           // the stage's first wgmma declares d write-only
-          constexpr int kN = kGateUp ? C::kWN / 2 : C::kWN;
-          const uint64_t db0 = gmma_desc_sw128(sb + (wn * kN) * 128 + kk * 32);
-          const uint64_t db1 = gmma_desc_sw128(sb + (C::kBoxRows + wn * kN) * 128 + kk * 32);  // gate-up: up
+          const uint64_t db0 = gmma_desc_add(db00, kk * 32);
+          const uint64_t db1 = gmma_desc_add(db00, C::kBoxRows * 128 + kk * 32);  // gate-up: up
           if (kk == 0) {
             wgmma_m64k32_e4m3_first<kN, 0>(d[0], da, db0);
             if constexpr (kGateUp) wgmma_m64k32_e4m3_first<kN, C::kNT / 2>(d[0], da, db1);
@@ -504,11 +505,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if constexpr (!C::kTmaA) fence_proxy_async_shared();  // A rows written by cp.async (generic proxy)
         }
         const int brow = kGateUp ? h * C::kBoxRows + wn * kN : wn * C::kWN + h * kN;
+        const uint64_t da0 = gmma_desc_sw128(sa), db0 = gmma_desc_sw128(sb + brow * 128);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
-          const uint64_t da = gmma_desc_sw128(sa + kk * 32);
-          const uint64_t db = gmma_desc_sw128(sb + brow * 128 + kk * 32);
+          const uint64_t da = gmma_desc_add(da0, kk * 32);
+          const uint64_t db = gmma_desc_add(db0, kk * 32);
           if (kk == 0) {
             wgmma_m64k32_e4m3_first<kN, 0>(d, da, db);
           } else {
