@@ -43,7 +43,8 @@ def make_caches(num_blocks, bs, hkv, d, dtype, layout):
 
 
 def run_case(T=37, hq=8, hkv=2, d=128, rot=None, is_neox=True, norm="before", kv_dtype=BF16, q_dtype=BF16,
-             bs=16, layout="NHD", pos_dtype=torch.int64, cs_dtype=torch.float32, pad=3, row_pad=0, seed=0):
+             bs=16, layout="NHD", pos_dtype=torch.int64, cs_dtype=torch.float32, pad=3, row_pad=0, seed=0,
+             w_dtype=BF16):
     g = torch.Generator(device="cpu").manual_seed((RUN_SEED + seed) % (1 << 31))
     rot = rot or d
     width = (hq + 2 * hkv) * d
@@ -54,8 +55,8 @@ def run_case(T=37, hq=8, hkv=2, d=128, rot=None, is_neox=True, norm="before", kv
     cs = rope_cache(max_pos, rot, cs_dtype)
     qw = kw = None
     if norm != "none":
-        qw = (torch.rand(d, generator=g) + 0.5).to(BF16).cuda()
-        kw = (torch.rand(d, generator=g) + 0.5).to(BF16).cuda()
+        qw = (torch.rand(d, generator=g) + 0.5).to(w_dtype).cuda()
+        kw = (torch.rand(d, generator=g) + 0.5).to(w_dtype).cuda()
     num_blocks = (T + bs - 1) // bs + 3
     kc, vc = make_caches(num_blocks, bs, hkv, d, kv_dtype, layout)
     slots = torch.randperm(num_blocks * bs, generator=g)[:T].long()
@@ -76,7 +77,7 @@ def run_case(T=37, hq=8, hkv=2, d=128, rot=None, is_neox=True, norm="before", kv
                                               q_norm_weight=qw, k_norm_weight=kw, eps=1e-6,
                                               norm_before_rope=(norm != "after"), is_neox=is_neox)
     what = f"T={T} hq={hq} hkv={hkv} d={d} rot={rot} neox={is_neox} norm={norm} kv={kv_dtype} q={q_dtype} " \
-           f"bs={bs} {layout} seed={RUN_SEED}+{seed}"
+           f"bs={bs} {layout} w={w_dtype} seed={RUN_SEED}+{seed}"
     # ---- q
     if q_dtype == FP8:
         q8, qs = res
@@ -140,6 +141,17 @@ def test_int32_positions_bf16_table_strided_qkv_and_head_counts():
     run_case(T=5000, hq=8, hkv=1, kv_dtype=FP8, q_dtype=FP8, pad=50, seed=7)
 
 
+@pytest.mark.parametrize("T", [37, 3001])
+@pytest.mark.parametrize("q_kv", ["bf16", "fp8"])
+def test_float32_norm_weights(T, q_kv):
+    """float32 norm weights, NeoX (the pair kernel's specialised item paths read bf16 weights only: float32 ones
+    take the generic path), at a one-vector-kernel size and a pair-kernel size, norm before and after RoPE."""
+    dt = BF16 if q_kv == "bf16" else FP8
+    for norm in ("before", "after"):
+        run_case(T=T, hq=16, hkv=2, kv_dtype=dt, q_dtype=dt, norm=norm, w_dtype=torch.float32, pad=T // 9,
+                 seed=T + (norm == "after"))
+
+
 @pytest.mark.parametrize("T,hq,hkv,d,is_neox,rot", [(2113, 2, 1, 256, False, 128), (4099, 4, 2, 64, True, 32),
                                                       (1057, 8, 1, 128, True, 128), (529, 64, 8, 128, True, 128)])
 def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
@@ -151,7 +163,7 @@ def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
 # unset, use_pair_kernel() in include/hopperkit/prologue/heuristics.h picks by size (the pair kernel from 2^18
 # vectors: most cases here are below; three of test_launch_shapes and the 2801-token untrusted case are above).
 FORCED_SUBSET = ("styles_orders or partial_rotary or dtypes_layouts or int32_positions or launch_shapes or "
-                 "untrusted_indices_small")
+                 "untrusted_indices_small or float32_norm_weights")
 
 
 @pytest.mark.parametrize("kernel", ["one", "pair"])
