@@ -79,17 +79,25 @@ __device__ __forceinline__ void global_w8(const void* w, int w_f32, int c, float
 
 // RMSNorm with the 1/rms factor deferred: x *= w, returns 1/rms of x as it came in (before the weights).
 // RoPE is linear and the fp8 amax scales with it, so the factor joins the one multiply of the store.
-template <int D>
-__device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], const void* w, int w_f32, int ca,
-                                             int cb, float eps, unsigned mask) {
+// kWBf16: the weights are bf16 (known at compile time): a chunk's 8 weights are 16 bytes, at the same byte offset
+// in the weight vector as the chunk in the head (k.chunk_a / k.chunk_b), so no address arithmetic per item and no
+// per-element select between the two formats (~25 SASS instructions per normed item in the generic kernel).
+template <int D, bool kWBf16>
+__device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], const void* w, int w_f32,
+                                             const PairConsts& k, int ca, int cb, float eps, unsigned mask) {
   constexpr int TPH = D / 16;
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) ss += xa[i] * xa[i] + xb[i] * xb[i];
   ss = group_sum<TPH>(ss, mask);
   float wa[8], wb[8];
-  global_w8(w, w_f32, ca, wa);
-  global_w8(w, w_f32, cb, wb);
+  if (kWBf16) {
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + k.chunk_a), wa);
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + k.chunk_b), wb);
+  } else {
+    global_w8(w, w_f32, ca, wa);
+    global_w8(w, w_f32, cb, wb);
+  }
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     xa[i] *= wa[i];
@@ -100,9 +108,8 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
 
 // Item paths specialised for the common configurations (kernel variants, chosen on the host: pair_mode in
 // prologue.cu): kModeAny reads every option at run time; kModeNeoxBf16 / kModeNeoxFp8 are NeoX RoPE with q and
-// the KV cache both bf16 / both fp8, every other option still read at run time. Compiled here: the fp8 kernel
-// 944 SASS instructions against the generic one's 1160 at head dim 128, bf16 784. (One kernel holding all
-// three loops spilled 28 bytes at the 80-register cap.)
+// the KV cache both bf16 / both fp8 and bf16 norm weights (or none), every other option still read at run
+// time. (One kernel holding all three loops spilled 28 bytes at the 80-register cap.)
 constexpr int kModeAny = 0, kModeNeoxBf16 = 1, kModeNeoxFp8 = 2;
 
 template <int D, int kMode>
@@ -128,7 +135,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     const bool has_w = w != nullptr;
     const uint8_t* row =
         static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(static_cast<uint32_t>(it.p)) * k.cs_row_bytes;
-    if (has_w && a.norm_first) rn = norm_weights<D>(xa, xb, w, a.w_f32, ca, cb, a.eps, mask);
+    if (has_w && a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
     if (neox) {
       if (u < r16) rope_neox_pair(xa, xb, row + k.cs_c, row + k.cs_s, a.cos_sin_f32);
     } else {
@@ -137,7 +144,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
       if (ca < 2 * r16) rope_gptj_vec(xa, row, es, half, ca, a.cos_sin_f32);
       if (cb < 2 * r16) rope_gptj_vec(xb, row, es, half, cb, a.cos_sin_f32);
     }
-    if (has_w && !a.norm_first) rn = norm_weights<D>(xa, xb, w, a.w_f32, ca, cb, a.eps, mask);
+    if (has_w && !a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
   }
   if (kind == 0) {
     uint8_t* dst = a.q_out + (static_cast<uint64_t>(t) * k.qo_token_bytes + static_cast<uint64_t>(h) * k.qo_head_bytes);
