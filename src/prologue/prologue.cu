@@ -160,11 +160,9 @@ void attention_prologue(const PrologueParams& p) {
   static const int forced =
       env_is("HOPPERKIT_PROLOGUE_KERNEL", "one") ? 1 : (env_is("HOPPERKIT_PROLOGUE_KERNEL", "pair") ? 2 : 0);
   const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
-  // the pair kernel's specialised item paths (prologue_pair_kernel.cuh): one list of modes
-  const bool w_bf16 = !a.w_f32 || (a.q_w == nullptr && a.k_w == nullptr);  // the fast modes read bf16 weights
-  const int mode = !a.is_neox || !w_bf16 ? kModeAny
-                                          : (!a.q_fp8 && !a.kv_fp8 ? kModeNeoxBf16
-                                                                   : (a.q_fp8 && a.kv_fp8 ? kModeNeoxFp8 : kModeAny));
+  // the pair kernel's item path (pair_mode() in heuristics.h, CPU-tested)
+  const int mode = pair_mode(a.is_neox != 0, a.q_fp8 != 0, a.kv_fp8 != 0, a.q_w != nullptr || a.k_w != nullptr,
+                             a.w_f32 != 0);
   auto launch_pair = [&](auto d, auto m) {
     constexpr int D = decltype(d)::value, M = decltype(m)::value;
     // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)

@@ -11,6 +11,7 @@
 // loads stay inside whole heads (each 16-byte chunk of a head is read by exactly one thread).
 #pragma once
 
+#include "hopperkit/prologue/heuristics.h"
 #include "prologue/prologue_kernel.cuh"
 
 namespace hopperkit {
@@ -106,11 +107,9 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
   return rsqrtf(ss * (1.f / static_cast<float>(D)) + eps);
 }
 
-// Item paths specialised for the common configurations (kernel variants, chosen on the host: pair_mode in
-// prologue.cu): kModeAny reads every option at run time; kModeNeoxBf16 / kModeNeoxFp8 are NeoX RoPE with q and
-// the KV cache both bf16 / both fp8 and bf16 norm weights (or none), every other option still read at run
-// time. (One kernel holding all three loops spilled 28 bytes at the 80-register cap.)
-constexpr int kModeAny = 0, kModeNeoxBf16 = 1, kModeNeoxFp8 = 2;
+// Item paths specialised for the common configurations: the modes of pair_mode() in
+// include/hopperkit/prologue/heuristics.h, one kernel variant each (one kernel holding all three loops spilled
+// 28 bytes at the 80-register cap). The specialised ones still read every other option at run time.
 
 template <int D, int kMode>
 __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const PairConsts& k,
