@@ -92,7 +92,7 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
   for (int i = 0; i < 8; ++i) ss += xa[i] * xa[i] + xb[i] * xb[i];
   ss = group_sum<TPH>(ss, mask);
   float wa[8], wb[8];
-  if (kWBf16) {
+  if constexpr (kWBf16) {
     bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + k.chunk_a), wa);
     bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + k.chunk_b), wb);
   } else {

@@ -267,22 +267,26 @@ TEST(PlannerTwin, CrowdedShortRequestsGetMoreCtas) {
   lens[0] = 16384;
   const DecodePlanConfig cfg = make_decode_plan_config_for(16, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
   ASSERT_EQ(cfg.max_chunks_per_cta, kMaxChunksPerCta);
-  const Plan p = make_plan(cfg, lens, 64, 256, 16384);
-  ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, 64, 256));
+  // the plan of this batch with the chunk limit set to `limit`, its invariants checked
+  auto plan_with_limit = [&](int limit) {
+    DecodePlanConfig c = cfg;
+    c.max_chunks_per_cta = limit;
+    Plan q = make_plan(c, lens, 64, 256, 16384);
+    check_invariants(q, lens, 64, 256);
+    return q;
+  };
+  const Plan p = plan_with_limit(kMaxChunksPerCta);
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(dynamic_num_ctas(271, 264), 67);
   EXPECT_EQ(p.v.header[kHdrNumCtas], 134);
   EXPECT_EQ(max_chunks_by_walk(p.v.pair_tile_start, 16, 271, 134), 3);
-  DecodePlanConfig two = cfg;
-  two.max_chunks_per_cta = 2;
-  const Plan p2 = make_plan(two, lens, 64, 256, 16384);
-  ASSERT_NO_FATAL_FAILURE(check_invariants(p2, lens, 64, 256));
+  const Plan p2 = plan_with_limit(2);
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(p2.v.header[kHdrNumCtas], 264);
   EXPECT_LE(max_chunks_by_walk(p2.v.pair_tile_start, 16, 271, 264), 2);
   // the rule off (profiling switch HOPPERKIT_DECODE_MAX_CHUNKS=0): the minimum-work count
-  DecodePlanConfig off = cfg;
-  off.max_chunks_per_cta = 0;
-  const Plan p0 = make_plan(off, lens, 64, 256, 16384);
-  ASSERT_NO_FATAL_FAILURE(check_invariants(p0, lens, 64, 256));
+  const Plan p0 = plan_with_limit(0);
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(p0.v.header[kHdrNumCtas], 67);
   EXPECT_EQ(max_chunks_by_walk(p0.v.pair_tile_start, 16, 271, 67), 5);
   // a batch of 8 one-token requests: 8 tiles, 2 CTAs by the minimum work (4 chunks each), 4 CTAs of 2
