@@ -49,6 +49,11 @@ fi
 export HOPPERKIT_COMMIT=${HOPPERKIT_COMMIT:-${HOPPERKIT_GIT_HASH:-unknown}}
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+# a warm device keeps build/ between calls, but each call's copy of the tree carries this machine's file times:
+# a variant built in an earlier call can look newer than the restored sources, and ninja would link its stale
+# objects (session 17: a baseline linked a variant's symbols). Start from a clean build directory unless the
+# caller knows it is current (variant_ab.sh after its first build in the same call).
+[ "${HK_KEEP_BUILD:-0}" = 1 ] || rm -rf build
 stamp "building"
 if ! $PY -m pip install --no-build-isolation --no-deps -q . > /tmp/hk_build.log 2>&1; then
   cp /tmp/hk_build.log "$OUT/build.log"; tail -40 /tmp/hk_build.log; stamp "BUILD FAILED"; exit 1

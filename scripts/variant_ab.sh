@@ -24,6 +24,7 @@ PY=${PYTHON:-python3}
 source scripts/provenance.sh  # the commit the results name (HOPPERKIT_GIT_HASH)
 BENCH="" BARGS="" TESTS="" VTESTS=""
 VARIANTS=()
+BUILT=0  # 1 once this call has built: later builds may be incremental (gpu_round.sh HK_KEEP_BUILD)
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench|--bench-args|--tests|--variant-tests|--variant) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
@@ -56,8 +57,11 @@ measure() {  # $1: run name; builds and installs the tree as it is now, runs the
   fi
   echo "== $name: build"
   mkdir -p "$TMP/out_$name"
-  if ! OUT="$TMP/out_$name" bash scripts/gpu_round.sh --no-bench --tests "${TESTS:-variant_ab_selects_no_test}" \
-      > "$TMP/build_$name.log" 2>&1; then
+  HK_KEEP_BUILD=$BUILT OUT="$TMP/out_$name" bash scripts/gpu_round.sh --no-bench --tests "${TESTS:-variant_ab_selects_no_test}" \
+    > "$TMP/build_$name.log" 2>&1
+  local rc=$?
+  BUILT=1
+  if [ $rc != 0 ]; then
     tail -20 "$TMP/build_$name.log"; cp "$TMP/build_$name.log" "$OUT/failed_$name.log"
     echo "   build failed: no benchmark under $name (log: failed_$name.log)"; return
   fi
