@@ -75,7 +75,7 @@ struct ChunkInfo {
   int pad[2];
 };
 
-template <bool kFp8Kv, int kMT, int kTW>
+template <bool kFp8Kv, int kMT, int kTW, bool kQFp8 = false>
 struct DecodeTraits {
   static constexpr bool kFp8 = kFp8Kv;
   static constexpr int MT = kMT;                         // m16 tiles per warp
@@ -92,9 +92,11 @@ struct DecodeTraits {
   static constexpr int kQSlotBytes = kMPad * kQRowBytes;
   static constexpr int kMergeOBytes = kTW > 1 ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
   static constexpr int kMergeMLBytes = kTW > 1 ? kConsumerWarps * 16 * 2 * 4 : 0;
-  // FP8 KV, 16 rows, 4 token groups: with an fp8 query, S^T = K Q^T runs on wgmma (m64n16k32 e4m3, both
-  // operands in shared memory): the chunk's 16 query rows are copied into a 128-byte-swizzled buffer once.
-  static constexpr bool kWgQk = kFp8Kv && kMT == 1 && kTW == 4;
+  // The fp8-query variant (FP8 KV, 16 rows, 4 token groups, launched only for an fp8 query): S^T = K Q^T runs
+  // on wgmma (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a
+  // 128-byte-swizzled buffer once), pipelined one tile ahead.
+  static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
+  static_assert(!kQFp8 || kWgQk, "the fp8-query variant is the FP8-KV 16-row one");
   static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
   static constexpr int kFixedBytes = 2 * (kQSlotBytes + kMPad * 4) + kMergeOBytes + kMergeMLBytes +
@@ -799,7 +801,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     for (int mt = 0; mt < MT; ++mt) {
       int e_lo = 0, e_hi = 0;
       if constexpr (T::kFp8) {
-        if (!a.q_is_fp8) bf16_row_exponents(qslot, rbase + mt * 16, rows, lane, e_lo, e_hi);
+        if (!T::kWgQk && !a.q_is_fp8) bf16_row_exponents(qslot, rbase + mt * 16, rows, lane, e_lo, e_hi);
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -826,7 +828,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // S^T = K Q^T on wgmma (T::kWgQk, fp8 query): the accumulator of warp w holds tokens 16 w + g, 16 w + g + 8
     // (g = lane / 4) of the tile for query rows (columns) 8 j + 2 t4 + c (t4 = lane % 4, j, c in {0, 1}): the
     // scale and causal end per column, and the running max / sum per column until the chunk's end.
-    const bool use_wg = T::kWgQk && a.q_is_fp8;
+    constexpr bool use_wg = T::kWgQk;  // the launcher picks this variant only for an fp8 query
     float rs_c[2][2], m_c[2][2], l_c[2][2];
     int re_c[2][2];
     if constexpr (T::kWgQk) {
@@ -846,7 +848,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // Query fragments: kept in registers for one m-tile, re-read from shared memory per tile otherwise.
     uint32_t qf[MT == 1 ? 8 : 1][4];
     if constexpr (MT == 1) {
-      if (use_wg) {
+      if constexpr (use_wg) {
         // the 16 query rows into the wgmma operand buffer (128-byte rows, 128-byte swizzle; rows past `rows`
         // zero): one 16-byte chunk per consumer thread. The previous chunk's wgmmas completed before its
         // token-group merge barrier, so the buffer is free.
@@ -920,52 +922,55 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     };
 
-    for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
-      ptx::mbar_wait(&bars.full[stage], phase);
-      HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);
-                    if (threadIdx.x == 0 && chunk_count < kTrChunks && tt == ci.tile_lo)
-                        HK_TR(a, kTrChunkKv + chunk_count);)
-      if (a.debug_flags & 1) {  // experiment: data pipeline only
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
-        if (++stage == T::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-        continue;
-      }
-      const uint8_t* ks_base = smem + L::kStagesOff + stage * T::kStageBytes;
-      const uint8_t* vs_base = ks_base + T::kKvTileBytes;
-      const int pos = tt * kTileTokens;
-
-      if (use_wg) {  // ---- S^T = K Q^T on wgmma, online softmax per column, O += P V
-        float st[2][4];
-        const uint64_t da0 = ptx::gmma_desc_sw128(ptx::smem_addr(ks_base));
-        const uint64_t db0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kQwOff));
+    if constexpr (use_wg) {
+      // ---- S^T = K Q^T on wgmma, one tile ahead: tile t's product runs during tile t - 1's P V. Per tile:
+      // wait for its product, online softmax per column (query row), then issue the next tile's product
+      // (after its full-barrier wait), then O += P V and the stage's release.
+      const uint64_t db0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kQwOff));
+      auto issue = [&](float (&d)[2][4], int stg) {
+        const uint64_t da0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kStagesOff + stg * T::kStageBytes));
         ptx::wgmma_fence();
-        ptx::wgmma_m64k32_e4m3_first<16, 0>(st, da0, db0);
+        ptx::wgmma_m64k32_e4m3_first<16, 0>(d, da0, db0);
 #pragma unroll
         for (int kk = 1; kk < kHeadDim / 32; ++kk) {
-          ptx::wgmma_m64k32_e4m3<16, 0>(st, ptx::gmma_desc_add(da0, kk * 32), ptx::gmma_desc_add(db0, kk * 32));
+          ptx::wgmma_m64k32_e4m3<16, 0>(d, ptx::gmma_desc_add(da0, kk * 32), ptx::gmma_desc_add(db0, kk * 32));
         }
         ptx::wgmma_commit();
+      };
+      const bool two = rows > 8;  // columns 8-15 hold query rows (else padding: skipped)
+      const int src = lane >> 3;  // O's rows g, g + 8 are columns 2 t4 + c (t4 = g / 2, c = g % 2) of j = 0, 1
+      const bool odd = (lane >> 2) & 1;
+      // Every wgmma instruction sits outside data-dependent branches: with the issue inside an `if`, ptxas
+      // serialises every wgmma (C7518). So the last tile of a chunk also issues a product (of its own K tile,
+      // discarded) and its stage is released after the loop's final wait.
+      float sn[2][4];  // the product in flight (the next tile's)
+      ptx::mbar_wait(&bars.full[stage], phase);  // a chunk has at least one tile (empty pairs never get here)
+      issue(sn, stage);
+      int last_stage = stage;
+      for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+        const int pos = tt * kTileTokens;
         ptx::wgmma_wait<0>();
+        float cur[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            ptx::wgmma_fence_operand(sn[j][i]);
+            cur[j][i] = sn[j][i];
+          }
         const bool need_mask = pos + kTileTokens > min_row_end;
-        const bool two = rows > 8;  // columns 8-15 hold query rows (else padding: skipped)
-        const int kv0 = pos + tok0 + (lane >> 2);  // token of st[j][c]; st[j][2 + c] is kv0 + 8
+        const int kv0 = pos + tok0 + (lane >> 2);  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
         float alpha_c[2][2];
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            ptx::wgmma_fence_operand(st[j][c]);
-            ptx::wgmma_fence_operand(st[j][2 + c]);
             alpha_c[j][c] = 1.f;
             if (j == 1 && !two) {
-              st[j][c] = st[j][2 + c] = 0.f;
+              cur[j][c] = cur[j][2 + c] = 0.f;
               continue;
             }
-            float v0 = st[j][c] * rs_c[j][c], v1 = st[j][2 + c] * rs_c[j][c];
+            float v0 = cur[j][c] * rs_c[j][c], v1 = cur[j][2 + c] * rs_c[j][c];
             if (need_mask) {
               v0 = kv0 < re_c[j][c] ? v0 : -INFINITY;
               v1 = kv0 + 8 < re_c[j][c] ? v1 : -INFINITY;
@@ -978,13 +983,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             const float m_use = m_new == -INFINITY ? 0.f : m_new;
             alpha_c[j][c] = ptx::exp2_approx(m_c[j][c] - m_use);
             m_c[j][c] = m_new;
-            st[j][c] = ptx::exp2_approx(v0 - m_use);
-            st[j][2 + c] = ptx::exp2_approx(v1 - m_use);
-            l_c[j][c] = l_c[j][c] * alpha_c[j][c] + (st[j][c] + st[j][2 + c]);
+            cur[j][c] = ptx::exp2_approx(v0 - m_use);
+            cur[j][2 + c] = ptx::exp2_approx(v1 - m_use);
+            l_c[j][c] = l_c[j][c] * alpha_c[j][c] + (cur[j][c] + cur[j][2 + c]);
           }
-        // O's rows g and g + 8 are columns 2 t4 + c of j = 0 and 1 with t4 = g / 2, c = g % 2: lane g / 2 has them
-        const int src = lane >> 3;
-        const bool odd = (lane >> 2) & 1;
         if (__any_sync(0xffffffffu, alpha_c[0][0] != 1.f || alpha_c[0][1] != 1.f || alpha_c[1][0] != 1.f ||
                                         alpha_c[1][1] != 1.f)) {
           const float a00 = __shfl_sync(0xffffffffu, alpha_c[0][0], src);
@@ -1002,14 +1004,39 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         }
         // P (rows x tokens) as the m16n8k16 A fragment: each 8 x 8 block of P^T transposed across the warp
         uint32_t pa[MT][4];
-        pa[0][0] = ptx::movmatrix_trans(ptx::pack_f16x2(st[0][0], st[0][1]));  // rows 0-7, tokens 0-7
-        pa[0][2] = ptx::movmatrix_trans(ptx::pack_f16x2(st[0][2], st[0][3]));  // rows 0-7, tokens 8-15
-        pa[0][1] = pa[0][3] = 0u;
-        if (two) {
-          pa[0][1] = ptx::movmatrix_trans(ptx::pack_f16x2(st[1][0], st[1][1]));  // rows 8-15
-          pa[0][3] = ptx::movmatrix_trans(ptx::pack_f16x2(st[1][2], st[1][3]));
-        }
+        pa[0][0] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][0], cur[0][1]));  // rows 0-7, tokens 0-7
+        pa[0][2] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][2], cur[0][3]));  // rows 0-7, tokens 8-15
+        pa[0][1] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][0], cur[1][1]));  // rows 8-15 (0 if padding)
+        pa[0][3] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][2], cur[1][3]));
+        // the next tile's product runs during this tile's P V
+        const bool has_next = tt + 1 < ci.tile_hi;
+        const int nstage = stage + 1 == T::kStages ? 0 : stage + 1;
+        const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
+        if (has_next) ptx::mbar_wait(&bars.full[nstage], nphase);
+        issue(sn, has_next ? nstage : stage);
+        const uint8_t* vs_base = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
         fp8_pv(pa, pos + tok0 + 2 * (lane & 3), tok0, vs_base, pos + kTileTokens > len);
+        if (has_next) {
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+        } else {
+          last_stage = stage;
+        }
+        stage = nstage;
+        phase = nphase;
+      }
+      ptx::wgmma_wait<0>();  // the discarded product of the chunk's last tile has read its stage
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&bars.empty[last_stage]);
+    }
+
+    // (the fp8-query variant ran its tiles above)
+    for (int tt = ci.tile_lo; !use_wg && tt < ci.tile_hi; ++tt) {
+      ptx::mbar_wait(&bars.full[stage], phase);
+      HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);
+                    if (threadIdx.x == 0 && chunk_count < kTrChunks && tt == ci.tile_lo)
+                        HK_TR(a, kTrChunkKv + chunk_count);)
+      if (a.debug_flags & 1) {  // experiment: data pipeline only
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
         if (++stage == T::kStages) {
@@ -1018,6 +1045,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         }
         continue;
       }
+      const uint8_t* ks_base = smem + L::kStagesOff + stage * T::kStageBytes;
+      const uint8_t* vs_base = ks_base + T::kKvTileBytes;
+      const int pos = tt * kTileTokens;
 
       // ---- S = Q K^T for this warp's tokens
       float s[MT][NT][4];
@@ -1243,7 +1273,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                   if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkTiles + chunk_count);
                   if (lane == 0 && chunk_count == 1) HK_TR(a, kTrWarpTiles + warp);)
 
-    if (use_wg) {  // per-column max / sums -> the rows g, g + 8 layout of O (sums to the quad's lane 0)
+    if constexpr (use_wg) {  // per-column max / sums -> the rows g, g + 8 layout of O (sums to the quad's lane 0)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
