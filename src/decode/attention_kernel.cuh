@@ -944,90 +944,104 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       // serialises every wgmma (C7518). So the last tile of a chunk also issues a product (of its own K tile,
       // discarded) and its stage is released after the loop's final wait.
       float sn[2][4];  // the product in flight (the next tile's)
-      ptx::mbar_wait(&bars.full[stage], phase);  // a chunk has at least one tile (empty pairs never get here)
-      issue(sn, stage);
-      int last_stage = stage;
-      for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
-        const int pos = tt * kTileTokens;
-        ptx::wgmma_wait<0>();
-        float cur[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            ptx::wgmma_fence_operand(sn[j][i]);
-            cur[j][i] = sn[j][i];
-          }
-        const bool need_mask = pos + kTileTokens > min_row_end;
-        const int kv0 = pos + tok0 + (lane >> 2);  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
-        float alpha_c[2][2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            alpha_c[j][c] = 1.f;
-            if (j == 1 && !two) {
-              cur[j][c] = cur[j][2 + c] = 0.f;
-              continue;
-            }
-            float v0 = cur[j][c] * rs_c[j][c], v1 = cur[j][2 + c] * rs_c[j][c];
-            if (need_mask) {
-              v0 = kv0 < re_c[j][c] ? v0 : -INFINITY;
-              v1 = kv0 + 8 < re_c[j][c] ? v1 : -INFINITY;
-            }
-            float mx = fmaxf(v0, v1);  // over the column's 16 tokens: the 8 lanes of this t4
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float m_new = fmaxf(m_c[j][c], mx);
-            const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            alpha_c[j][c] = ptx::exp2_approx(m_c[j][c] - m_use);
-            m_c[j][c] = m_new;
-            cur[j][c] = ptx::exp2_approx(v0 - m_use);
-            cur[j][2 + c] = ptx::exp2_approx(v1 - m_use);
-            l_c[j][c] = l_c[j][c] * alpha_c[j][c] + (cur[j][c] + cur[j][2 + c]);
-          }
-        if (__any_sync(0xffffffffu, alpha_c[0][0] != 1.f || alpha_c[0][1] != 1.f || alpha_c[1][0] != 1.f ||
-                                        alpha_c[1][1] != 1.f)) {
-          const float a00 = __shfl_sync(0xffffffffu, alpha_c[0][0], src);
-          const float a01 = __shfl_sync(0xffffffffu, alpha_c[0][1], src);
-          const float a10 = __shfl_sync(0xffffffffu, alpha_c[1][0], src);
-          const float a11 = __shfl_sync(0xffffffffu, alpha_c[1][1], src);
-          const float ag = odd ? a01 : a00, ag8 = odd ? a11 : a10;
-#pragma unroll
-          for (int n = 0; n < 16; ++n) {
-            o[0][n][0] *= ag;
-            o[0][n][1] *= ag;
-            o[0][n][2] *= ag8;
-            o[0][n][3] *= ag8;
-          }
-        }
-        // P (rows x tokens) as the m16n8k16 A fragment: each 8 x 8 block of P^T transposed across the warp
-        uint32_t pa[MT][4];
-        pa[0][0] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][0], cur[0][1]));  // rows 0-7, tokens 0-7
-        pa[0][2] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][2], cur[0][3]));  // rows 0-7, tokens 8-15
-        pa[0][1] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][0], cur[1][1]));  // rows 8-15 (0 if padding)
-        pa[0][3] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][2], cur[1][3]));
-        // the next tile's product runs during this tile's P V
-        const bool has_next = tt + 1 < ci.tile_hi;
-        const int nstage = stage + 1 == T::kStages ? 0 : stage + 1;
-        const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
-        if (has_next) ptx::mbar_wait(&bars.full[nstage], nphase);
-        issue(sn, has_next ? nstage : stage);
-        const uint8_t* vs_base = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
-        fp8_pv(pa, pos + tok0 + 2 * (lane & 3), tok0, vs_base, pos + kTileTokens > len);
-        if (has_next) {
+      if (a.debug_flags & 1) {  // experiment: data pipeline only (as in the generic loop below)
+        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+          ptx::mbar_wait(&bars.full[stage], phase);
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
-        } else {
-          last_stage = stage;
+          if (++stage == T::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
-        stage = nstage;
-        phase = nphase;
+      } else {
+        ptx::mbar_wait(&bars.full[stage], phase);  // a chunk has at least one tile (empty pairs never get here)
+        HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0) HK_TR(a, kTrFirstKv);
+                      if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkKv + chunk_count);)
+        issue(sn, stage);
+        int last_stage = stage;
+        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+          const int pos = tt * kTileTokens;
+          ptx::wgmma_wait<0>();
+          float cur[2][4];
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              ptx::wgmma_fence_operand(sn[j][i]);
+              cur[j][i] = sn[j][i];
+            }
+          const bool need_mask = pos + kTileTokens > min_row_end;
+          const int kv0 = pos + tok0 + (lane >> 2);  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
+          float alpha_c[2][2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              alpha_c[j][c] = 1.f;
+              if (j == 1 && !two) {
+                cur[j][c] = cur[j][2 + c] = 0.f;
+                continue;
+              }
+              float v0 = cur[j][c] * rs_c[j][c], v1 = cur[j][2 + c] * rs_c[j][c];
+              if (need_mask) {
+                v0 = kv0 < re_c[j][c] ? v0 : -INFINITY;
+                v1 = kv0 + 8 < re_c[j][c] ? v1 : -INFINITY;
+              }
+              float mx = fmaxf(v0, v1);  // over the column's 16 tokens: the 8 lanes of this t4
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+              const float m_new = fmaxf(m_c[j][c], mx);
+              const float m_use = m_new == -INFINITY ? 0.f : m_new;
+              alpha_c[j][c] = ptx::exp2_approx(m_c[j][c] - m_use);
+              m_c[j][c] = m_new;
+              cur[j][c] = ptx::exp2_approx(v0 - m_use);
+              cur[j][2 + c] = ptx::exp2_approx(v1 - m_use);
+              l_c[j][c] = l_c[j][c] * alpha_c[j][c] + (cur[j][c] + cur[j][2 + c]);
+            }
+          if (__any_sync(0xffffffffu, alpha_c[0][0] != 1.f || alpha_c[0][1] != 1.f || alpha_c[1][0] != 1.f ||
+                                          alpha_c[1][1] != 1.f)) {
+            const float a00 = __shfl_sync(0xffffffffu, alpha_c[0][0], src);
+            const float a01 = __shfl_sync(0xffffffffu, alpha_c[0][1], src);
+            const float a10 = __shfl_sync(0xffffffffu, alpha_c[1][0], src);
+            const float a11 = __shfl_sync(0xffffffffu, alpha_c[1][1], src);
+            const float ag = odd ? a01 : a00, ag8 = odd ? a11 : a10;
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+              o[0][n][0] *= ag;
+              o[0][n][1] *= ag;
+              o[0][n][2] *= ag8;
+              o[0][n][3] *= ag8;
+            }
+          }
+          // P (rows x tokens) as the m16n8k16 A fragment: each 8 x 8 block of P^T transposed across the warp
+          uint32_t pa[MT][4];
+          pa[0][0] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][0], cur[0][1]));  // rows 0-7, tokens 0-7
+          pa[0][2] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][2], cur[0][3]));  // rows 0-7, tokens 8-15
+          pa[0][1] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][0], cur[1][1]));  // rows 8-15 (0 if padding)
+          pa[0][3] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][2], cur[1][3]));
+          // the next tile's product runs during this tile's P V
+          const bool has_next = tt + 1 < ci.tile_hi;
+          const int nstage = stage + 1 == T::kStages ? 0 : stage + 1;
+          const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
+          if (has_next) ptx::mbar_wait(&bars.full[nstage], nphase);
+          issue(sn, has_next ? nstage : stage);
+          const uint8_t* vs_base = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
+          fp8_pv(pa, pos + tok0 + 2 * (lane & 3), tok0, vs_base, pos + kTileTokens > len);
+          if (has_next) {
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          } else {
+            last_stage = stage;
+          }
+          stage = nstage;
+          phase = nphase;
+        }
+        ptx::wgmma_wait<0>();  // the discarded product of the chunk's last tile has read its stage
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(&bars.empty[last_stage]);
       }
-      ptx::wgmma_wait<0>();  // the discarded product of the chunk's last tile has read its stage
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(&bars.empty[last_stage]);
     }
 
     // (the fp8-query variant ran its tiles above)
