@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "common/ptx.cuh"
+#include "common/wgmma.cuh"
 #include "decode/kernel_args.h"
 #include "hopperkit/decode/heuristics.h"
 
@@ -74,7 +75,7 @@ struct ChunkInfo {
   int pad[2];
 };
 
-template <bool kFp8Kv, int kMT, int kTW>
+template <bool kFp8Kv, int kMT, int kTW, bool kQFp8 = false>
 struct DecodeTraits {
   static constexpr bool kFp8 = kFp8Kv;
   static constexpr int MT = kMT;                         // m16 tiles per warp
@@ -91,9 +92,15 @@ struct DecodeTraits {
   static constexpr int kQSlotBytes = kMPad * kQRowBytes;
   static constexpr int kMergeOBytes = kTW > 1 ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
   static constexpr int kMergeMLBytes = kTW > 1 ? kConsumerWarps * 16 * 2 * 4 : 0;
+  // The fp8-query variant (FP8 KV, 16 rows, 4 token groups, launched only for an fp8 query): S^T = K Q^T runs
+  // on wgmma (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a
+  // 128-byte-swizzled buffer once), pipelined one tile ahead.
+  static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
+  static_assert(!kQFp8 || kWgQk, "the fp8-query variant is the FP8-KV 16-row one");
+  static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
   static constexpr int kFixedBytes = 2 * (kQSlotBytes + kMPad * 4) + kMergeOBytes + kMergeMLBytes +
-                                     2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024;
+                                     2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024 + kQwBytes;
   // Two CTAs per SM when each still gets two pipeline stages: eight consumer warps per SM hide the latency
   // of the per-tile dependency chain (S -> softmax -> P V) that four warps cannot.
   static constexpr int kStagesTwoPerSm = (kSmemTwoPerSm - kFixedBytes) / kStageBytes;
@@ -111,7 +118,8 @@ struct DecodeTraits {
 template <class T>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
-  static constexpr int kQOff = kStagesOff + T::kStages * T::kStageBytes;
+  static constexpr int kQwOff = kStagesOff + T::kStages * T::kStageBytes;  // 1 KB aligned (stages are 16 KB)
+  static constexpr int kQOff = kQwOff + T::kQwBytes;
   static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
   static constexpr int kMergeOOff = kQScaleOff + 2 * T::kMPad * 4;
   static constexpr int kMergeMLOff = kMergeOOff + T::kMergeOBytes;
@@ -793,7 +801,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     for (int mt = 0; mt < MT; ++mt) {
       int e_lo = 0, e_hi = 0;
       if constexpr (T::kFp8) {
-        if (!a.q_is_fp8) bf16_row_exponents(qslot, rbase + mt * 16, rows, lane, e_lo, e_hi);
+        if (!T::kWgQk && !a.q_is_fp8) bf16_row_exponents(qslot, rbase + mt * 16, rows, lane, e_lo, e_hi);
       }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -817,12 +825,44 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     }
     const int min_row_end = len - ci.q_len + 1;  // the first query token's causal end
 
+    // S^T = K Q^T on wgmma (T::kWgQk, fp8 query): the accumulator of warp w holds tokens 16 w + g, 16 w + g + 8
+    // (g = lane / 4) of the tile for query rows (columns) 8 j + 2 t4 + c (t4 = lane % 4, j, c in {0, 1}): the
+    // scale and causal end per column, and the running max / sum per column until the chunk's end.
+    constexpr bool use_wg = T::kWgQk;  // the launcher picks this variant only for an fp8 query
+    float rs_c[2][2], m_c[2][2], l_c[2][2];
+    int re_c[2][2];
+    if constexpr (T::kWgQk) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = 8 * j + 2 * (lane & 3) + c;
+          const bool valid = r < rows;
+          re_c[j][c] = valid ? len - ci.q_len + r / a.group + 1 : len;
+          rs_c[j][c] = valid ? a.scale_log2 * k_scale * qsc[r] : 0.f;
+          m_c[j][c] = -INFINITY;
+          l_c[j][c] = 0.f;
+        }
+    }
+
     // Query fragments: kept in registers for one m-tile, re-read from shared memory per tile otherwise.
     uint32_t qf[MT == 1 ? 8 : 1][4];
     if constexpr (MT == 1) {
+      if constexpr (use_wg) {
+        // the 16 query rows into the wgmma operand buffer (128-byte rows, 128-byte swizzle; rows past `rows`
+        // zero): one 16-byte chunk per consumer thread. The previous chunk's wgmmas completed before its
+        // token-group merge barrier, so the buffer is free.
+        const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (r < rows) v = *reinterpret_cast<const uint4*>(qslot + r * kQRowBytes + c * 16);
+        *reinterpret_cast<uint4*>(smem + L::kQwOff + swz(r, c)) = v;
+        ptx::fence_proxy_async_shared();  // generic-proxy writes, read by wgmma (async proxy)
+        ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+      } else {
 #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        load_q_frag<T>(qf[ks], qslot, rbase, ks, rows, lane, a.q_is_fp8, inv_pow2[0][0], inv_pow2[0][1]);
+        for (int ks = 0; ks < 8; ++ks) {
+          load_q_frag<T>(qf[ks], qslot, rbase, ks, rows, lane, a.q_is_fp8, inv_pow2[0][0], inv_pow2[0][1]);
+        }
       }
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
@@ -844,7 +884,168 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     }
 
-    for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+    // O += P V for FP8 V over the warp's 16 tokens from tokb (ta: this lane's first token): ldmatrix.trans
+    // over fp8 byte pairs gives each thread two tokens x two dims, split into an even-dim and an odd-dim n-tile
+    auto fp8_pv = [&](const uint32_t (&pa)[MT][4], int ta, int tokb, const uint8_t* vs_base, bool mask_v) {
+      uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;
+      if (mask_v) {
+        keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
+        keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
+      }
+#pragma unroll
+      for (int q32 = 0; q32 < 4; ++q32) {
+        const int token = tokb + (mat & 1) * 8 + mrow;
+        const uint32_t addr = ptx::smem_addr(vs_base) + swz(token, 2 * q32 + (mat >> 1));
+        uint32_t w0, w1, w2, w3;
+        ptx::ldmatrix_x4_trans(addr, w0, w1, w2, w3);
+        w0 &= keep_lo;
+        w2 &= keep_lo;
+        w1 &= keep_hi;
+        w3 &= keep_hi;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const uint32_t wl = half ? w2 : w0;  // tokens lo
+          const uint32_t wh = half ? w3 : w1;  // tokens hi
+          const uint32_t pl = __byte_perm(wl, 0u, 0x3120);
+          const uint32_t ph = __byte_perm(wh, 0u, 0x3120);
+          const uint32_t be0 = ptx::e4m3x2_to_f16x2(pl & 0xffffu);
+          const uint32_t be1 = ptx::e4m3x2_to_f16x2(ph & 0xffffu);
+          const uint32_t bo0 = ptx::e4m3x2_to_f16x2(pl >> 16);
+          const uint32_t bo1 = ptx::e4m3x2_to_f16x2(ph >> 16);
+          const int blk = 2 * q32 + half;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            ptx::mma_f16(o[mt][2 * blk], pa[mt], be0, be1);
+            ptx::mma_f16(o[mt][2 * blk + 1], pa[mt], bo0, bo1);
+          }
+        }
+      }
+    };
+
+    if constexpr (use_wg) {
+      // ---- S^T = K Q^T on wgmma, one tile ahead: tile t's product runs during tile t - 1's P V. Per tile:
+      // wait for its product, online softmax per column (query row), then issue the next tile's product
+      // (after its full-barrier wait), then O += P V and the stage's release.
+      const uint64_t db0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kQwOff));
+      auto issue = [&](float (&d)[2][4], int stg) {
+        const uint64_t da0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kStagesOff + stg * T::kStageBytes));
+        ptx::wgmma_fence();
+        ptx::wgmma_m64k32_e4m3_first<16, 0>(d, da0, db0);
+#pragma unroll
+        for (int kk = 1; kk < kHeadDim / 32; ++kk) {
+          ptx::wgmma_m64k32_e4m3<16, 0>(d, ptx::gmma_desc_add(da0, kk * 32), ptx::gmma_desc_add(db0, kk * 32));
+        }
+        ptx::wgmma_commit();
+      };
+      const bool two = rows > 8;  // columns 8-15 hold query rows (else padding: skipped)
+      const int src = lane >> 3;  // O's rows g, g + 8 are columns 2 t4 + c (t4 = g / 2, c = g % 2) of j = 0, 1
+      const bool odd = (lane >> 2) & 1;
+      // Every wgmma instruction sits outside data-dependent branches: with the issue inside an `if`, ptxas
+      // serialises every wgmma (C7518). So the last tile of a chunk also issues a product (of its own K tile,
+      // discarded) and its stage is released after the loop's final wait.
+      float sn[2][4];  // the product in flight (the next tile's)
+      if (a.debug_flags & 1) {  // experiment: data pipeline only (as in the generic loop below)
+        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+          ptx::mbar_wait(&bars.full[stage], phase);
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          if (++stage == T::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      } else {
+        ptx::mbar_wait(&bars.full[stage], phase);  // a chunk has at least one tile (empty pairs never get here)
+        HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0) HK_TR(a, kTrFirstKv);
+                      if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkKv + chunk_count);)
+        issue(sn, stage);
+        int last_stage = stage;
+        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+          const int pos = tt * kTileTokens;
+          ptx::wgmma_wait<0>();
+          float cur[2][4];
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              ptx::wgmma_fence_operand(sn[j][i]);
+              cur[j][i] = sn[j][i];
+            }
+          const bool need_mask = pos + kTileTokens > min_row_end;
+          const int kv0 = pos + tok0 + (lane >> 2);  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
+          float alpha_c[2][2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              alpha_c[j][c] = 1.f;
+              if (j == 1 && !two) {
+                cur[j][c] = cur[j][2 + c] = 0.f;
+                continue;
+              }
+              float v0 = cur[j][c] * rs_c[j][c], v1 = cur[j][2 + c] * rs_c[j][c];
+              if (need_mask) {
+                v0 = kv0 < re_c[j][c] ? v0 : -INFINITY;
+                v1 = kv0 + 8 < re_c[j][c] ? v1 : -INFINITY;
+              }
+              float mx = fmaxf(v0, v1);  // over the column's 16 tokens: the 8 lanes of this t4
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+              const float m_new = fmaxf(m_c[j][c], mx);
+              const float m_use = m_new == -INFINITY ? 0.f : m_new;
+              alpha_c[j][c] = ptx::exp2_approx(m_c[j][c] - m_use);
+              m_c[j][c] = m_new;
+              cur[j][c] = ptx::exp2_approx(v0 - m_use);
+              cur[j][2 + c] = ptx::exp2_approx(v1 - m_use);
+              l_c[j][c] = l_c[j][c] * alpha_c[j][c] + (cur[j][c] + cur[j][2 + c]);
+            }
+          if (__any_sync(0xffffffffu, alpha_c[0][0] != 1.f || alpha_c[0][1] != 1.f || alpha_c[1][0] != 1.f ||
+                                          alpha_c[1][1] != 1.f)) {
+            const float a00 = __shfl_sync(0xffffffffu, alpha_c[0][0], src);
+            const float a01 = __shfl_sync(0xffffffffu, alpha_c[0][1], src);
+            const float a10 = __shfl_sync(0xffffffffu, alpha_c[1][0], src);
+            const float a11 = __shfl_sync(0xffffffffu, alpha_c[1][1], src);
+            const float ag = odd ? a01 : a00, ag8 = odd ? a11 : a10;
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+              o[0][n][0] *= ag;
+              o[0][n][1] *= ag;
+              o[0][n][2] *= ag8;
+              o[0][n][3] *= ag8;
+            }
+          }
+          // P (rows x tokens) as the m16n8k16 A fragment: each 8 x 8 block of P^T transposed across the warp
+          uint32_t pa[MT][4];
+          pa[0][0] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][0], cur[0][1]));  // rows 0-7, tokens 0-7
+          pa[0][2] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][2], cur[0][3]));  // rows 0-7, tokens 8-15
+          pa[0][1] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][0], cur[1][1]));  // rows 8-15 (0 if padding)
+          pa[0][3] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][2], cur[1][3]));
+          // the next tile's product runs during this tile's P V
+          const bool has_next = tt + 1 < ci.tile_hi;
+          const int nstage = stage + 1 == T::kStages ? 0 : stage + 1;
+          const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
+          if (has_next) ptx::mbar_wait(&bars.full[nstage], nphase);
+          issue(sn, has_next ? nstage : stage);
+          const uint8_t* vs_base = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
+          fp8_pv(pa, pos + tok0 + 2 * (lane & 3), tok0, vs_base, pos + kTileTokens > len);
+          if (has_next) {
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          } else {
+            last_stage = stage;
+          }
+          stage = nstage;
+          phase = nphase;
+        }
+        ptx::wgmma_wait<0>();  // the discarded product of the chunk's last tile has read its stage
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(&bars.empty[last_stage]);
+      }
+    }
+
+    // (the fp8-query variant ran its tiles above)
+    for (int tt = ci.tile_lo; !use_wg && tt < ci.tile_hi; ++tt) {
       ptx::mbar_wait(&bars.full[stage], phase);
       HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);
                     if (threadIdx.x == 0 && chunk_count < kTrChunks && tt == ci.tile_lo)
@@ -1068,39 +1269,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             }
           }
         } else {
-          uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;
-          if (mask_v) {
-            keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
-            keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
-          }
-#pragma unroll
-          for (int q32 = 0; q32 < 4; ++q32) {
-            const int token = tokb + (mat & 1) * 8 + mrow;
-            const uint32_t addr = ptx::smem_addr(vs_base) + swz(token, 2 * q32 + (mat >> 1));
-            uint32_t w0, w1, w2, w3;
-            ptx::ldmatrix_x4_trans(addr, w0, w1, w2, w3);
-            w0 &= keep_lo;
-            w2 &= keep_lo;
-            w1 &= keep_hi;
-            w3 &= keep_hi;
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const uint32_t wl = half ? w2 : w0;  // tokens lo
-              const uint32_t wh = half ? w3 : w1;  // tokens hi
-              const uint32_t pl = __byte_perm(wl, 0u, 0x3120);
-              const uint32_t ph = __byte_perm(wh, 0u, 0x3120);
-              const uint32_t be0 = ptx::e4m3x2_to_f16x2(pl & 0xffffu);
-              const uint32_t be1 = ptx::e4m3x2_to_f16x2(ph & 0xffffu);
-              const uint32_t bo0 = ptx::e4m3x2_to_f16x2(pl >> 16);
-              const uint32_t bo1 = ptx::e4m3x2_to_f16x2(ph >> 16);
-              const int blk = 2 * q32 + half;
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) {
-                ptx::mma_f16(o[mt][2 * blk], pa[mt], be0, be1);
-                ptx::mma_f16(o[mt][2 * blk + 1], pa[mt], bo0, bo1);
-              }
-            }
-          }
+          fp8_pv(pa, ta, tokb, vs_base, mask_v);
         }
       }
       __syncwarp();
@@ -1117,6 +1286,28 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrLastTile);
                   if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkTiles + chunk_count);
                   if (lane == 0 && chunk_count == 1) HK_TR(a, kTrWarpTiles + warp);)
+
+    if constexpr (use_wg) {  // per-column max / sums -> the rows g, g + 8 layout of O (sums to the quad's lane 0)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float l = l_c[j][c];
+          l += __shfl_xor_sync(0xffffffffu, l, 4);
+          l += __shfl_xor_sync(0xffffffffu, l, 8);
+          l += __shfl_xor_sync(0xffffffffu, l, 16);
+          l_c[j][c] = l;
+        }
+      const int src = lane >> 3;
+      const bool odd = (lane >> 2) & 1;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float m0 = __shfl_sync(0xffffffffu, m_c[hh][0], src), m1 = __shfl_sync(0xffffffffu, m_c[hh][1], src);
+        const float l0 = __shfl_sync(0xffffffffu, l_c[hh][0], src), l1 = __shfl_sync(0xffffffffu, l_c[hh][1], src);
+        m_run[0][hh] = odd ? m1 : m0;
+        l_run[0][hh] = (lane & 3) == 0 ? (odd ? l1 : l0) : 0.f;
+      }
+    }
 
     // ---- row sums over the quad
 #pragma unroll

@@ -40,7 +40,8 @@ namespace decode {
 
 namespace {
 
-const VariantInfo& select_variant(DType kv_dtype, int rows) {
+// q_fp8: the query is fp8 (FP8 KV at 16 rows then has a variant of its own: fp8q_r16)
+const VariantInfo& select_variant(DType kv_dtype, int rows, bool q_fp8 = false) {
   const int bucket = rows_bucket(rows);
   if (kv_dtype == DType::kBF16) {
     switch (bucket) {
@@ -52,7 +53,7 @@ const VariantInfo& select_variant(DType kv_dtype, int rows) {
     }
   } else if (kv_dtype == DType::kFP8E4M3) {
     switch (bucket) {
-      case 16: return variant_fp8_r16();
+      case 16: return q_fp8 ? variant_fp8q_r16() : variant_fp8_r16();
       case 32: return variant_fp8_r32();
       case 64: return variant_fp8_r64();
       case 128: return variant_fp8_r128();
@@ -206,13 +207,22 @@ void validate_decode_attention(const DecodeAttentionParams& p) {
 }
 
 int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
-  const VariantInfo& v = select_variant(kv_dtype, rows);
+  // The plan does not know the query's dtype: its CTAs must be resident under either variant that may run
+  // (FP8 KV at 16 rows: fp8_r16 for a bf16 query, fp8q_r16 for an fp8 one), so the smaller occupancy counts.
+  const VariantInfo& v = select_variant(kv_dtype, rows, false);
+  const VariantInfo& vq = select_variant(kv_dtype, rows, true);
   int prev = 0;
   HK_CUDA_CHECK(cudaGetDevice(&prev));
   if (prev != device) HK_CUDA_CHECK(cudaSetDevice(device));
-  HK_CUDA_CHECK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem_bytes));
   int blocks = 0;
-  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.kernel, (4 + 1) * 32, v.smem_bytes);
+  cudaError_t e = cudaSuccess;
+  for (const VariantInfo* x : {&v, &vq}) {
+    e = cudaFuncSetAttribute(x->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, x->smem_bytes);
+    int b = 0;
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, x->kernel, (4 + 1) * 32, x->smem_bytes);
+    if (e != cudaSuccess) break;
+    blocks = x == &v ? b : std::min(blocks, b);
+  }
   if (prev != device) HK_CUDA_CHECK(cudaSetDevice(prev));
   HK_CUDA_CHECK(e);
   HK_CHECK(kUnsupported, blocks >= 1, "device", "room for one attention CTA per SM", blocks);
@@ -225,7 +235,7 @@ int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
 void decode_attention(const DecodeAttentionParams& p) {
   validate_decode_attention(p);
   const int group = p.num_q_heads / p.num_kv_heads;
-  const VariantInfo& variant = select_variant(p.kv_dtype, p.max_q_len * group);
+  const VariantInfo& variant = select_variant(p.kv_dtype, p.max_q_len * group, p.q_dtype == DType::kFP8E4M3);
   if (p.batch == 0 || p.num_tokens == 0 || p.plan_launch.grid_ctas == 0) return;
 
   DecodeKernelArgs a{};

@@ -1,7 +1,8 @@
 // hopperkit decode attention: the one list of compiled kernel variants.
 //
-//   X(name, fp8_kv, rows, m_tiles_per_warp, token_groups)
-// rows = query rows per (request, KV head) = q_len * group, rounded up to 16 / 32 / 64 / 128.
+//   X(name, fp8_kv, fp8_q, rows, m_tiles_per_warp, token_groups)
+// rows = query rows per (request, KV head) = q_len * group, rounded up to 16 / 32 / 64 / 128. fp8_q: a variant
+// launched only for an fp8 query (its S^T on wgmma, attention_kernel.cuh); the others take either query.
 // Each variant is one compilation unit under variants/ (see CMakeLists.txt); the dispatcher in
 // attention_launch.cpp reports any other value.
 #pragma once
@@ -11,15 +12,16 @@
 
 #include "decode/kernel_args.h"
 
-#define HK_DECODE_VARIANTS(X)     \
-  X(bf16_r16, false, 16, 1, 4)   \
-  X(bf16_r32, false, 32, 1, 2)   \
-  X(bf16_r64, false, 64, 1, 1)   \
-  X(bf16_r128, false, 128, 2, 1) \
-  X(fp8_r16, true, 16, 1, 4)     \
-  X(fp8_r32, true, 32, 1, 2)     \
-  X(fp8_r64, true, 64, 1, 1)     \
-  X(fp8_r128, true, 128, 2, 1)
+#define HK_DECODE_VARIANTS(X)            \
+  X(bf16_r16, false, false, 16, 1, 4)   \
+  X(bf16_r32, false, false, 32, 1, 2)   \
+  X(bf16_r64, false, false, 64, 1, 1)   \
+  X(bf16_r128, false, false, 128, 2, 1) \
+  X(fp8_r16, true, false, 16, 1, 4)     \
+  X(fp8q_r16, true, true, 16, 1, 4)     \
+  X(fp8_r32, true, false, 32, 1, 2)     \
+  X(fp8_r64, true, false, 64, 1, 1)     \
+  X(fp8_r128, true, false, 128, 2, 1)
 
 namespace hopperkit {
 namespace decode {
@@ -33,7 +35,7 @@ struct VariantInfo {
                  cudaStream_t stream);
 };
 
-#define HK_DECLARE_VARIANT(name, fp8, rows, mt, tw) const VariantInfo& variant_##name();
+#define HK_DECLARE_VARIANT(name, fp8, fp8q, rows, mt, tw) const VariantInfo& variant_##name();
 HK_DECODE_VARIANTS(HK_DECLARE_VARIANT)
 #undef HK_DECLARE_VARIANT
 

@@ -46,6 +46,8 @@ SWEEP = [
     *[(f"qlen{ql}", _lens("mixed", 6, ql), {"q_lens": ql}) for ql in (2, 3, 4, 5, 8)],
     ("qlen8_group16", _lens("mixed", 5, 99), {"q_lens": 8, "num_q_heads": 16, "num_kv_heads": 1}),
     ("qlen4_group16", _lens("mixed", 7, 98), {"q_lens": 4, "num_q_heads": 32, "num_kv_heads": 2}),
+    # 12 query rows: the 16-row variants with rows 9-15 partly filled and two causal ends per KV head
+    ("qlen2_group6", _lens("mixed", 7, 97), {"q_lens": 2, "num_q_heads": 6, "num_kv_heads": 1}),
     # ragged q_len through query_start_loc, with padding tokens after the last request
     ("ragged_qlen", [200, 64, 5, 1000, 3], {"q_lens": [1, 4, 2, 8, 3], "extra_tokens": 3}),
     ("qlen_gt_len", [2, 1, 40], {"q_lens": [4, 3, 8]}),
@@ -72,7 +74,8 @@ def test_bf16(name, lens, kw, mode):
 
 FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
-    "group1", "group16", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len", "batch1024_short", "hnd",
+    "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len",
+    "batch1024_short", "hnd",
     "packed_kv")]
 
 
