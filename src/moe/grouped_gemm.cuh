@@ -5,7 +5,8 @@
 // the work items (task x K slice, see split_k_slices), tile fastest: CTAs running at the same time share a
 // weight block, which stays in L2 when an expert has several tiles.
 //
-// Warp roles: one producer warp fills a ring of kStages stages; kConsumerWarps warps run the MMAs.
+// Warp roles: one producer warp (a warpgroup for 128-row tiles) fills a ring of kStages stages; kConsumerWarps
+// warps run the MMAs.
 //  * weights arrive by TMA (one 128-byte-wide box per stage, or two for gate-up: the gate rows and the up rows
 //    of the same intermediate columns), with the 128-byte swizzle; K and N tails come back zero-filled;
 //  * gate-up: the A rows are gathered through the routing index (no gather copy) by the producer's lanes with
@@ -181,8 +182,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   __shared__ int s_last_slice;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const bool producer = warp >= C::kConsumerWarps;
-  const int pl = tid - C::kConsumerThreads;  // producer thread index (0 .. kProducerThreads - 1)
+  // the producer's threads, and each one's index in it (a one-warp producer's index is its lane: said so, the
+  // one-warp kernels compile as before, 8-10 registers fewer in the 16-row down kernels)
+  const bool producer = C::kProducerThreads == 32 ? warp == C::kConsumerWarps : warp >= C::kConsumerWarps;
+  const int pl = C::kProducerThreads == 32 ? lane : tid - C::kConsumerThreads;
 
   const int H = a.hidden_size, I = a.intermediate;
   const int K = kGateUp ? H : I;
@@ -263,7 +266,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto tile_of = [&](int it) { return it < items ? tile_list[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
 
   if (producer) {
-    // ---------------------------------------------------------------- producer warp
+    // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
     const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
@@ -392,7 +395,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
 
   // ------------------------------------------------------------------ consumer warps
-  // wgmma: warpgroup wn = warp / 4 takes weight rows [wn * kWN, ...), its warp wm = warp % 4 rows 16 wm ...
+  // wgmma: warpgroup wn = warp / kWarpsM takes weight rows [wn * kWN, ...), its warp wm = warp % kWarpsM rows
+  // 16 wm ... (128-row tiles: kWarpsM = 8, wn = 0: warpgroup w / 4 holds tile rows 64 (w / 4) ...)
   const int wm = C::kWgmma ? warp % C::kWarpsM : warp / C::kWarpsN;
   const int wn = C::kWgmma ? warp / C::kWarpsM : warp % C::kWarpsN;
   const int g = lane >> 2, t4 = lane & 3;

@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
   __syncthreads();
   Scan(scan_tmp).ExclusiveSum(is_expert ? mine : 0, l_off, n_local);
   int w_off = 0, total_wide = 0;
-  if (a.gate_up_bm == 128) {  // the wide gate-up's 128-row tiles (uniform branch)
+  if (a.gate_up_bm == 128 && c == 0) {  // the wide gate-up's 128-row tiles, written by CTA 0 (uniform per CTA)
     __syncthreads();
     Scan(scan_tmp).ExclusiveSum((cnt + 127) / 128, w_off, total_wide);
   }

@@ -245,7 +245,7 @@ def test_gate_up_tile_heights_forced(bm):
     env = dict(os.environ, HOPPERKIT_MOE_GATEUP_BM=bm, HK_TEST_SEED=str(RUN_SEED))
     # per-tensor cases only ("block" names the block-scaled parametrisations); within the suite's 120 s per test
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        "(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and not block"],
+                        "(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and not block and not many_tokens"],
                        env=env, capture_output=True, text=True, timeout=100)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
