@@ -461,6 +461,7 @@ nb::dict moe_workspace_layout(int64_t tokens, int top_k, int hidden, int interme
   d["counters"] = l.counters;
   d["expert_offset"] = l.expert_offset;
   d["tiles"] = l.tiles;
+  d["tiles_wide"] = l.tiles_wide;
   d["sorted_rows"] = l.sorted_rows;
   d["xq"] = l.xq;
   d["xq_scale"] = l.xq_scale;
@@ -644,4 +645,5 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_HEADER_INTS") = static_cast<int>(decode::kPlanHeaderInts);
   m.attr("PLAN_MAX_SM_SLOTS") = static_cast<int>(decode::kMaxSmSlots);
   m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
+  m.attr("MOE_WIDE_GATE_UP_MIN_ROWS") = static_cast<int64_t>(moe::kWideGateUpMinRows);
 }

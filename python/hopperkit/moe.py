@@ -104,9 +104,11 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
 
     counters = view("counters", torch.int32, (4,))
     return {
-        "num_tiles": counters[0], "dropped": counters[1],
+        "num_tiles": counters[0], "dropped": counters[1], "num_wide_tiles": counters[2],
         "expert_offset": view("expert_offset", torch.int32, (num_local_experts + 1,)),
-        "tiles": view("tiles", torch.int32, ((off["sorted_rows"] - off["tiles"]) // 16, 4)),
+        "tiles": view("tiles", torch.int32, ((off["tiles_wide"] - off["tiles"]) // 16, 4)),
+        # 128-row tiles: written only when the gate-up runs 128-row tiles (gate_up_block_m in heuristics.h)
+        "tiles_wide": view("tiles_wide", torch.int32, ((off["sorted_rows"] - off["tiles_wide"]) // 16, 4)),
         "sorted_rows": view("sorted_rows", torch.int32, (rows,)),
         "xq": view("xq", torch.float8_e4m3fn, (tokens, hidden)),
         "xq_scale": view("xq_scale", torch.float32, (tokens, hidden // 128)),

@@ -78,12 +78,22 @@ void fused_moe(const MoeParams& p) {
   static const int narrow =
       !env_set("HOPPERKIT_MOE_NARROW_TILES") ? 0 : (env_is("HOPPERKIT_MOE_NARROW_TILES", "down") ? 1 : 2);
   const int64_t rows_per_expert = mean_rows_per_expert(p.num_tokens, p.top_k, p.num_global_experts);
-  a.gate_up_tile_n =
-      narrow == 2 && !block ? 128 : gate_up_tile_n(block, a.block_m, p.intermediate, rows_per_expert);
+  // Profiling and test aid (not for serving): HOPPERKIT_MOE_GATEUP_BM=64 keeps the gate-up on the routing
+  // index's 64-row tiles, =128 takes 128-row tiles wherever they apply (per-tensor, 64-row index tiles);
+  // unset, gate_up_block_m() in heuristics.h picks.
+  static const int gate_up_bm_forced = env_int("HOPPERKIT_MOE_GATEUP_BM", 0, 0, 128);
+  const int wide_ok = gate_up_block_m(block, a.block_m, kWideGateUpMinRows) == 128;  // where 128 may apply
+  a.gate_up_bm = gate_up_bm_forced == 64    ? a.block_m
+                 : gate_up_bm_forced == 128 ? (wide_ok ? 128 : a.block_m)
+                                            : gate_up_block_m(block, a.block_m, rows_per_expert);
+  a.gate_up_tile_n = a.gate_up_bm == 128                ? 128
+                     : narrow == 2 && !block ? 128
+                                             : gate_up_tile_n(block, a.block_m, p.intermediate, rows_per_expert);
   a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size, p.intermediate);
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);
   a.tiles = reinterpret_cast<int4*>(ws + l.tiles);
+  a.tiles_wide = reinterpret_cast<int4*>(ws + l.tiles_wide);
   a.sorted_rows = reinterpret_cast<int32_t*>(ws + l.sorted_rows);
   a.xq = ws + l.xq;
   a.xq_scale = reinterpret_cast<float*>(ws + l.xq_scale);

@@ -28,7 +28,7 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
                    std::to_string(a.down_tile_n));
   }
 }
-int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.down_tile_n, a.hidden_size); }
+int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.down_tile_n, a.hidden_size, a.block_m); }
 }  // namespace
 
 MoeGemmPlan plan_moe_down(const MoeKernelArgs& a) {

@@ -1,6 +1,6 @@
 // hopperkit fused FP8 MoE, kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation.
-// Variants (block_m / scaling / weight rows per tile): 16 per-tensor 128, 16 block 256, 64 per-tensor 128 or 256,
-// 64 block 256.
+// Variants (tile rows / scaling / weight rows per tile): 16 per-tensor 128, 16 block 256, 64 per-tensor 128 or
+// 256, 64 block 256, 128 per-tensor 128 (gate_up_block_m in heuristics.h).
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -14,20 +14,23 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
   // a warp's columns are all in or all past I (the epilogue skips them per warp): 64 columns per warp
   HK_CHECK(kUnsupported, a.intermediate % 64 == 0, "intermediate", "a multiple of 64",
            std::to_string(a.intermediate));
-  switch ((a.block_m * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
+  switch ((a.gate_up_bm * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false>{}); break;
     case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;
     case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, true, false>{}); break;
     case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, true, false>{}); break;
     case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, true, true>{}); break;
+    case (128 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<128, 128, true, false>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "gate-up block_m / block_scaled / tile_n",
-               "16/0/128, 16/1/256, 64/0/128, 64/0/256 or 64/1/256",
-               std::to_string(a.block_m) + "/" + std::to_string(a.block_scaled) + "/" +
+               "16/0/128, 16/1/256, 64/0/128, 64/0/256, 64/1/256 or 128/0/128",
+               std::to_string(a.gate_up_bm) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.gate_up_tile_n));
   }
 }
-int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.gate_up_tile_n / 2, a.intermediate); }
+int64_t max_tasks(const MoeKernelArgs& a) {
+  return moe_max_tasks(a, a.gate_up_tile_n / 2, a.intermediate, a.gate_up_bm);
+}
 }  // namespace
 
 MoeGemmPlan plan_moe_gate_up(const MoeKernelArgs& a) {

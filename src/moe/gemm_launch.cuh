@@ -78,8 +78,8 @@ void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan, MoeGemmVar
 }
 
 // Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.
-inline int64_t moe_max_tasks(const MoeKernelArgs& a, int cols_per_task, int n) {
-  return max_tiles(a.num_tokens, a.top_k, a.num_local_experts, a.block_m) * ((n + cols_per_task - 1) / cols_per_task);
+inline int64_t moe_max_tasks(const MoeKernelArgs& a, int cols_per_task, int n, int bm) {
+  return max_tiles(a.num_tokens, a.top_k, a.num_local_experts, bm) * ((n + cols_per_task - 1) / cols_per_task);
 }
 
 }  // namespace moe

@@ -5,7 +5,8 @@
 // the work items (task x K slice, see split_k_slices), tile fastest: CTAs running at the same time share a
 // weight block, which stays in L2 when an expert has several tiles.
 //
-// Warp roles: one producer warp fills a ring of kStages stages; kConsumerWarps warps run the MMAs.
+// Warp roles: one producer warp (a warpgroup for 128-row tiles) fills a ring of kStages stages; kConsumerWarps
+// warps run the MMAs.
 //  * weights arrive by TMA (one 128-byte-wide box per stage, or two for gate-up: the gate rows and the up rows
 //    of the same intermediate columns), with the 128-byte swizzle; K and N tails come back zero-filled;
 //  * gate-up: the A rows are gathered through the routing index (no gather copy) by the producer's lanes with
@@ -47,12 +48,15 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmConfig {
-  static_assert(BM == 16 || BM == 64, "block_m");
+  static_assert(BM == 16 || BM == 64 || BM == 128, "block_m");
   static_assert(BN == 128 || BN == 256, "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
+  static_assert(BM != 128 || (kGateUp && !kBlock && BN == 128), "128-row tiles: per-tensor gate-up, 128 weight rows");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
-  // holds rows 16w..16w+15); 16-row tiles: one warpgroup, operands swapped (kSwapAB below).
-  static constexpr bool kWgmma = BM == 64;
+  // holds rows 16w..16w+15); 128-row tiles (the wide gate-up): two consumer warpgroups, each a wgmma m64 over
+  // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16-row tiles: one
+  // warpgroup, operands swapped (kSwapAB below).
+  static constexpr bool kWgmma = BM >= 64;
   // 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the tile's 16
   // rows), one warpgroup, BN / 64 m64 blocks per stage (gate-up: its gate blocks, then its up blocks, so that a
   // thread holds matching gate and up values; down: the weight rows in order). sm_90 has no FP8 mma.sync: the
@@ -61,11 +65,16 @@ struct MoeGemmConfig {
   // row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
   static constexpr bool kSwapAB = BM == 16;
   static constexpr int kSwapBlocks = BN / 64;
-  static constexpr int kWarpsM = BM == 16 ? 1 : 4;
-  static constexpr int kWarpsN = BM == 16 ? 4 : 2;
+  static constexpr int kWarpsM = BM == 16 ? 1 : BM / 16;
+  static constexpr int kWarpsN = BM == 16 ? 4 : 128 / BM;
   static constexpr int kConsumerWarps = kWarpsM * kWarpsN;
   static constexpr int kConsumerThreads = 32 * kConsumerWarps;
-  static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
+  // The producer: one warp, or for 128-row tiles a warpgroup, whose 128 threads gather the tile's A rows (8
+  // cp.async per thread and stage instead of 32: session 10's 128-row tiles with one producer warp measured
+  // 1.03-1.30x slower than 64-row ones, the gather by one warp the likeliest cause). 384 threads at one CTA
+  // per SM leave 168 registers per thread, what session 10's 128-row consumers needed (167).
+  static constexpr int kProducerThreads = BM == 128 ? 128 : 32;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWM = BM / kWarpsM;  // rows per warp
   static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
   static constexpr int kMT = kWM / 16;
@@ -94,7 +103,7 @@ struct MoeGemmConfig {
   static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
   static_assert(kStages >= 3, "ring depth");
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
-  static constexpr int kAChunks = BM * (kBK / 16) / 32;  // A chunks per producer lane per stage
+  static constexpr int kAChunks = BM * (kBK / 16) / kProducerThreads;  // A chunks per producer thread per stage
   static constexpr int kScaleSlots = (kScaleFloats + 31) / 32;
   // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 or 256 bytes) goes
   // through its own shared-memory block, so that it is stored as whole row segments in 16-byte chunks (the
@@ -173,7 +182,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   __shared__ int s_last_slice;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const bool producer = warp == C::kConsumerWarps;
+  // the producer's threads, and each one's index in it (a one-warp producer's index is its lane: said so, the
+  // one-warp kernels compile as before, 8-10 registers fewer in the 16-row down kernels)
+  const bool producer = C::kProducerThreads == 32 ? warp == C::kConsumerWarps : warp >= C::kConsumerWarps;
+  const int pl = C::kProducerThreads == 32 ? lane : tid - C::kConsumerThreads;
 
   const int H = a.hidden_size, I = a.intermediate;
   const int K = kGateUp ? H : I;
@@ -185,7 +197,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(&full[s], C::kLaneCopies ? 1 + 32 : 1);  // the producer's expect_tx (+ its lanes' cp.async arrivals)
+      // the producer's expect_tx (+ its threads' cp.async arrivals)
+      mbar_init(&full[s], C::kLaneCopies ? 1 + C::kProducerThreads : 1);
       mbar_init(&empty[s], C::kConsumerWarps);
     }
     fence_barrier_init();
@@ -227,7 +240,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
   grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
   launch_dependents();
-  const int num_tiles = a.counters[0];
+  // the wide gate-up (128-row tiles) drains the 128-row tile list the index build wrote beside the other
+  const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
+  const int num_tiles = a.counters[BM == 128 ? 2 : 0];
   const int tasks = num_tiles * n_blocks;
   // decode tiles split K when there are fewer tasks than CTAs (see split_k_slices); work item = (task, slice)
   const int S = BM == 16 && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
@@ -248,20 +263,21 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //    last (per-tensor decode 4% faster in session 4).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
-  auto tile_of = [&](int it) { return it < items ? a.tiles[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
+  auto tile_of = [&](int it) { return it < items ? tile_list[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
 
   if (producer) {
-    // ---------------------------------------------------------------- producer warp
+    // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
     const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
     // An item's first copies need its tile and (gate-up) its rows' token ids, two dependent global loads: both
     // are loaded an item ahead (the tile two), so that short items (the down GEMM's K of 192 is 2 stages) do
-    // not wait on them. chunk c = lane + 32 i of a tile is 16-byte chunk (c % 8) of tile row c / 8.
+    // not wait on them. chunk c = pl + kProducerThreads i of a tile is 16-byte chunk (c % 8) of tile row c / 8.
+    constexpr int kP = C::kProducerThreads;
     auto load_tokens = [&](int4 t, int (&tok)[C::kAChunks]) {
 #pragma unroll
       for (int i = 0; i < C::kAChunks; ++i) {
-        const int r = (lane + 32 * i) >> 3;
+        const int r = (pl + kP * i) >> 3;
         tok[i] = kGateUp && r < t.z ? a.sorted_rows[t.y + r] / a.top_k : 0;
       }
     };
@@ -282,26 +298,27 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         t_after = tile_of(item + 2 * gridDim.x);
         load_tokens(t_next, tok_next);
       } else {
-        tile = a.tiles[task % num_tiles];
+        tile = tile_list[task % num_tiles];
       }
       const int e = tile.x, row_begin = tile.y, rows = tile.z;
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
       item_range(item, kb0, kb1);
-      // this lane's A chunks (cp.async path: gate-up's token rows, per-tensor 16-row down's act rows by slot)
+      // this thread's A chunks (cp.async path: gate-up's token rows, per-tensor 16-row down's act rows by slot)
       const uint8_t* a_src[C::kAChunks] = {};
       int a_ok[C::kAChunks] = {};
       if constexpr (!C::kTmaA) {
 #pragma unroll
         for (int i = 0; i < C::kAChunks; ++i) {
-          const int r = (lane + 32 * i) >> 3;
+          const int r = (pl + kP * i) >> 3;
           a_ok[i] = r < rows;
           const int slot = row_begin + (a_ok[i] ? r : 0);
           const int tok = kPrefetch ? tok_cur[i] : (kGateUp ? a.sorted_rows[slot] / a.top_k : 0);
           a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok) * a.a_in_stride
-                              : a.act + static_cast<int64_t>(slot) * I) + ((lane + 32 * i) & 7) * 16;
+                              : a.act + static_cast<int64_t>(slot) * I) + ((pl + kP * i) & 7) * 16;
         }
       }
+      static_assert(!kBlock || kP == 32, "block-wise scales are copied by one producer warp");
       const float* sc_src[C::kScaleSlots];  // block-wise: scale rows (idx < BM: activations; BM, BM+1: weights)
       int sc_ok[C::kScaleSlots];
       if (kBlock) {
@@ -331,7 +348,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         if (step >= C::kStages) mbar_wait_bounded(&empty[slot], ((step / C::kStages) - 1) & 1);
         uint8_t* sa = smem + slot * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
-        if (lane == 0) {
+        if (pl == 0) {
           const bool weights_issued = kEarlyWeights && step < pre_steps;  // before the wait (above)
           if (!weights_issued) {
             mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
@@ -349,7 +366,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         if constexpr (!C::kTmaA) {
 #pragma unroll
           for (int i = 0; i < C::kAChunks; ++i) {
-            const int c = lane + 32 * i;
+            const int c = pl + kP * i;
             const int ok = a_ok[i] && k + (c & 7) * 16 < K;
             cp_async_16_zfill(sa + swz(c >> 3, c & 7), ok ? a_src[i] + k : a.w13, ok ? 16 : 0);
           }
@@ -378,7 +395,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
 
   // ------------------------------------------------------------------ consumer warps
-  // wgmma: warpgroup wn = warp / 4 takes weight rows [wn * kWN, ...), its warp wm = warp % 4 rows 16 wm ...
+  // wgmma: warpgroup wn = warp / kWarpsM takes weight rows [wn * kWN, ...), its warp wm = warp % kWarpsM rows
+  // 16 wm ... (128-row tiles: kWarpsM = 8, wn = 0: warpgroup w / 4 holds tile rows 64 (w / 4) ...)
   const int wm = C::kWgmma ? warp % C::kWarpsM : warp / C::kWarpsN;
   const int wn = C::kWgmma ? warp / C::kWarpsM : warp % C::kWarpsN;
   const int g = lane >> 2, t4 = lane & 3;
@@ -391,12 +409,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // 64-row tiles with 128 weight rows keep one stage's wgmmas in flight while the previous stage's sum is added
   // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) have no room for two
   // more whole partial tiles: kHalfPipe.
-  constexpr bool kPipe = (C::kWgmma && BN == 128) || C::kSwapAB;
+  constexpr bool kPipe = (C::kWgmma && C::kWN == 64) || C::kSwapAB;
   // 256-row tiles pipeline by half stages instead: a warpgroup's stage is two wgmma groups of 64 weight rows
   // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
   // 64 accumulators + two half partials, as many as a whole-stage partial without the pipeline.
-  constexpr bool kHalfPipe = C::kWgmma && BN == 256;
+  constexpr bool kHalfPipe = C::kWgmma && C::kWN == 128;  // 256-row tiles, and 128-row tiles (all 128 weight rows)
   static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
@@ -410,7 +428,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
     } else {
-      tile = a.tiles[(item / S) % num_tiles];
+      tile = tile_list[(item / S) % num_tiles];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
@@ -505,7 +523,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if constexpr (!C::kTmaA) fence_proxy_async_shared();  // A rows written by cp.async (generic proxy)
         }
         const int brow = kGateUp ? h * C::kBoxRows + wn * kN : wn * C::kWN + h * kN;
-        const uint64_t da0 = gmma_desc_sw128(sa), db0 = gmma_desc_sw128(sb + brow * 128);
+        // 128-row tiles: this warpgroup's 64 A rows start 64 rows into the stage (1 KB aligned: the swizzle holds)
+        const uint32_t a_wg = BM == 128 ? static_cast<uint32_t>((warp / 4) * 64 * C::kBK) : 0u;
+        const uint64_t da0 = gmma_desc_sw128(sa + a_wg), db0 = gmma_desc_sw128(sb + brow * 128);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {

@@ -30,16 +30,18 @@ struct MoeKernelArgs {
   int64_t out_stride;
   // ---- sizes
   int num_tokens, hidden_size, intermediate, num_local_experts, num_global_experts, top_k;
-  int block_m;                // 16 or 64
+  int block_m;                // 16 or 64: the routing index's tiles (both GEMMs unless gate_up_bm says)
+  int gate_up_bm;             // the gate-up's tile rows: block_m, or 128 (tiles_wide; gate_up_block_m)
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
   int gate_up_tile_n;         // weight rows per gate-up tile (gate_up_tile_n in heuristics.h)
   int down_tile_n;            // weight rows per down tile (down_tile_n)
   int allow_split;            // split-K of decode tiles allowed (see split_k_slices)
   int index_ctas;             // CTAs of the routing index build (index_ctas in heuristics.h)
   // ---- workspace (see workspace_layout.h)
-  int32_t* counters;          // [0] num_tiles, [1] dropped rows
+  int32_t* counters;          // [0] num_tiles, [1] dropped rows, [2] num wide tiles (gate_up_bm == 128)
   int32_t* expert_offset;     // [E + 1]
   int4* tiles;                // {expert, row_begin, rows, 0}
+  int4* tiles_wide;           // the same, 128 rows per tile (written when gate_up_bm == 128)
   int32_t* sorted_rows;
   uint8_t* xq;
   float* xq_scale;

@@ -36,6 +36,11 @@ constexpr int kIndexBatch = 8;
 constexpr float kFp8Max = 448.f;
 constexpr float kMinAmax = 1e-10f;  // an all-zero group gets a tiny, finite scale (its codes are all zero)
 
+// Expert e's 128-row tiles (the wide gate-up's task list) over its rows [c_off, c_off + c), from slot w_off.
+__device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, int c_off, int c, int w_off) {
+  for (int i = 0; i * 128 < c; ++i) a.tiles_wide[w_off + i] = make_int4(e, c_off + i * 128, min(128, c - i * 128), 0);
+}
+
 __device__ void build_index(const MoeKernelArgs& a) {
   __shared__ int count[kMaxExperts], cursor[kMaxExperts], row_off[kMaxExperts];
   __shared__ int dropped;
@@ -91,6 +96,13 @@ __device__ void build_index(const MoeKernelArgs& a) {
     }
   }
   __syncthreads();
+  if (a.gate_up_bm == 128) {  // the wide gate-up's 128-row tiles over the same ranges (uniform branch)
+    int w_off, total_wide;
+    Scan(scan_tmp).ExclusiveSum((c + 127) / 128, w_off, total_wide);
+    if (tid < E) write_wide_tiles(a, tid, c_off, c, w_off);
+    if (tid == 0) a.counters[2] = total_wide;
+    __syncthreads();
+  }
   if (tid == 0) {
     a.expert_offset[E] = total_rows;
     a.counters[0] = total_tiles;
@@ -278,6 +290,11 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
   Scan(scan_tmp).ExclusiveSum(t, t_off, total_tiles);
   __syncthreads();
   Scan(scan_tmp).ExclusiveSum(is_expert ? mine : 0, l_off, n_local);
+  int w_off = 0, total_wide = 0;
+  if (a.gate_up_bm == 128 && c == 0) {  // the wide gate-up's 128-row tiles, written by CTA 0 (uniform per CTA)
+    __syncthreads();
+    Scan(scan_tmp).ExclusiveSum((cnt + 127) / 128, w_off, total_wide);
+  }
   if (is_expert) {
     s_base[tid] = c_off + before;
     s_local[tid] = l_off;
@@ -293,9 +310,11 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
       }
     }
     if (tid == E) a.counters[1] = total;  // thread E summed the dropped column
+    if (a.gate_up_bm == 128 && is_expert) write_wide_tiles(a, tid, c_off, cnt, w_off);
     if (tid == 0) {
       a.expert_offset[E] = total_rows;
       a.counters[0] = total_tiles;
+      if (a.gate_up_bm == 128) a.counters[2] = total_wide;
     }
     for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
   }

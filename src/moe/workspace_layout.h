@@ -11,9 +11,10 @@ namespace hopperkit {
 namespace moe {
 
 struct MoeWorkspaceLayout {
-  size_t counters = 0;       // int32 [4]: num_tiles, dropped rows, (reserved)
+  size_t counters = 0;       // int32 [4]: num_tiles, dropped rows, num wide tiles, (reserved)
   size_t expert_offset = 0;  // int32 [num_local_experts + 1]
   size_t tiles = 0;          // int4  [max_tiles(bm = 16)]: expert, row_begin, rows, -
+  size_t tiles_wide = 0;     // int4  [max_tiles(bm = 128)]: 128-row tiles of the wide gate-up
   size_t sorted_rows = 0;    // int32 [num_tokens * top_k]: row ids (token * top_k + k) grouped by expert
   size_t xq = 0;             // fp8   [num_tokens, hidden]: the quantised bf16 input
   size_t xq_scale = 0;       // fp32  [num_tokens, hidden / 128] (block-wise scaling)
@@ -40,6 +41,7 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
   l.counters = take(4 * sizeof(int32_t));
   l.expert_offset = take((num_local_experts + 1) * sizeof(int32_t));
   l.tiles = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 16)) * 4 * sizeof(int32_t));
+  l.tiles_wide = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 128)) * 4 * sizeof(int32_t));
   l.sorted_rows = take(rows * sizeof(int32_t));
   l.xq = take(static_cast<size_t>(tokens) * hidden);
   l.xq_scale = take(static_cast<size_t>(tokens) * (hidden / kScaleBlock + 1) * sizeof(float));

@@ -35,6 +35,14 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(down_tile_n(false, 64, 320, 256), 128);   // hidden 320: 256-column tiles would leave 3/8 empty
   EXPECT_EQ(down_tile_n(true, 64, 7168, 2048), 256);  // block-wise: one weight block per warpgroup
   EXPECT_EQ(down_tile_n(true, 16, 7168, 2048), 128);
+  // 128-row gate-up tiles: per-tensor prefill from kWideGateUpMinRows rows per expert (hy3 TP8 at 4096 tokens:
+  // 171 rows per expert; at 2048, 86)
+  EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(4096, 8, 192)), 128);
+  EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(2048, 8, 192)), 64);
+  EXPECT_EQ(gate_up_block_m(false, 64, kWideGateUpMinRows), 128);
+  EXPECT_EQ(gate_up_block_m(false, 64, kWideGateUpMinRows - 1), 64);
+  EXPECT_EQ(gate_up_block_m(true, 64, 1000), 64);   // block-wise scaling: a whole activation group per tile
+  EXPECT_EQ(gate_up_block_m(false, 16, 1000), 16);  // (decode tiles never reach it)
   EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
 }
@@ -238,11 +246,12 @@ TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
     const MoeWorkspaceLayout l = moe_workspace_layout(T, K, H, I, E);
     const size_t rows = static_cast<size_t>(T) * K;
     // every region 256-byte aligned, in order, each at least as large as its buffer
-    const size_t at[] = {l.counters, l.expert_offset, l.tiles, l.sorted_rows, l.xq, l.xq_scale, l.act,
+    const size_t at[] = {l.counters, l.expert_offset, l.tiles, l.tiles_wide, l.sorted_rows, l.xq, l.xq_scale, l.act,
                          l.act_scale, l.y, l.split_counters, l.split_partials, l.index_hist, l.total_bytes};
     const size_t need[] = {16,
                            (E + 1) * 4u,
                            static_cast<size_t>(max_tiles(T, K, E, 16)) * 16,
+                           static_cast<size_t>(max_tiles(T, K, E, 128)) * 16,
                            rows * 4,
                            static_cast<size_t>(T) * H,
                            static_cast<size_t>(T) * (H / 128) * 4,
@@ -252,7 +261,7 @@ TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
                            kSplitSlices * 4u,
                            static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * 4,
                            index_ctas(rows) > 1 ? static_cast<size_t>(index_ctas(rows)) * (E + 1) * 4 : 0};
-    for (int i = 0; i < 12; ++i) {
+    for (int i = 0; i < 13; ++i) {
       ASSERT_EQ(at[i] % 256, 0u) << i;
       ASSERT_GE(at[i + 1] - at[i], need[i]) << "region " << i;
     }

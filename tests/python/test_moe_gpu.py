@@ -123,7 +123,7 @@ def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=Fa
         out2 = torch.full_like(out, float("nan"))
         hopperkit.fused_moe(hidden, ids, tw, w13, w2, s13, s2, out=out2, workspace=ws, **kw)
         assert torch.equal(out.view(torch.int16), out2.view(torch.int16)), "repeated run not bitwise identical"
-    return out, ref
+    return out, ref, ws
 
 
 # ------------------------------------------------------------------------------------------ small shapes
@@ -159,14 +159,16 @@ def test_per_tensor_smallest_multiples_of_64(H, I):
 def test_64_row_tiles_long_k(block):
     # 256 rows per expert on average: 64-row (wgmma) tiles; gate-up and down run 5 stages each (H = I = 640:
     # an odd count, so the pipelines end on a single-stage tail); gate-up at 256 weight rows (half stages), down
-    # at 128 (H % 256 != 0: 5 output blocks, whole stages in flight)
+    # at 128 (H % 256 != 0: 5 output blocks, whole stages in flight). Per-tensor, the gate-up takes 128-row tiles
+    # by default (gate_up_block_m); test_gate_up_tile_heights_forced runs it again on 64-row tiles.
     run_case(512, 640, 640, 16, 8, block, kind="skewed", seed=640)
 
 
 @pytest.mark.parametrize("block", [False, True], ids=["per_tensor", "block"])
 def test_64_row_tiles_256_weight_rows_long_k(block):
     # 64-row tiles with 256 weight rows in both GEMMs (I % 128 == 0, H % 256 == 0); K = 640 for the down
-    # projection: 5 stages per item; two output blocks of 256 columns (block-wise: two weight blocks each)
+    # projection: 5 stages per item; two output blocks of 256 columns (block-wise: two weight blocks each).
+    # Per-tensor gate-up: 128-row tiles by default, 64-row ones in test_gate_up_tile_heights_forced.
     run_case(512, 512, 640, 16, 8, block, kind="skewed", seed=512 + block)
 
 
@@ -194,13 +196,59 @@ def test_256_row_tiles_short_k(H, I, block):
 @pytest.mark.parametrize("I", [64, 320])
 def test_64_row_tiles_gate_up_columns_past_intermediate(I):
     # 256 rows per expert: 64-row per-tensor tiles with 256 weight rows at I % 128 == 64: the last column block's
-    # second warpgroup reads up rows (as gate) and rows past the tensor (as up) and must store nothing
+    # second warpgroup reads up rows (as gate) and rows past the tensor (as up) and must store nothing (under
+    # HOPPERKIT_MOE_GATEUP_BM=64, test_gate_up_tile_heights_forced; by default these shapes take 128-row tiles)
     run_case(512, 256, I, 16, 8, False, kind="skewed", seed=1000 + I)
 
 
-def test_64_row_tiles_half_width_output_block():
+def test_64_row_tiles_half_width_output_columns():
     # 75 rows per expert: 64-row tiles; H = 320: the down projection's last 128-column block is half outside
     run_case(300, 320, 192, 16, 4, False, kind="skewed", seed=320)
+
+
+# Gate-up tile height at prefill (HOPPERKIT_MOE_GATEUP_BM, read once per process): unset, per-tensor calls from
+# _C.MOE_WIDE_GATE_UP_MIN_ROWS rows per expert take 128-row gate-up tiles (so the per-tensor 64-row tests above
+# at >= 96 rows per expert run them too); "64" keeps 64-row tiles, "128" forces 128 wherever it applies.
+GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
+
+
+@pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input", [
+    (1024, 512, 192, 48, 8, "skewed", False, False),   # 171 rows per expert, I = 192: three 64-column blocks
+    (600, 192, 128, 16, 4, "skewed", False, False),    # K = 192: one stage and a 64-deep tail
+    (600, 128, 256, 16, 4, "uniform", False, False),   # K = 128: a single stage
+    (1024, 256, 256, 16, 8, "sparse", True, True),     # half the experts remote, fp8 input
+], ids=["i192_skewed", "k_tail", "one_stage", "ep_fp8_in"])
+def test_wide_gate_up_tiles(T, H, I, E, K, kind, ep, fp8_input):
+    # 128-row gate-up tiles: each consumer warpgroup holds 64 of the tile's rows against all 128 weight rows;
+    # skewed routing leaves experts with a partial last tile (second warpgroup's rows partly or wholly empty)
+    from hopperkit.moe import _workspace_views
+    _, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I,
+                        check_repeat=(kind == "sparse"))
+    E_local = E // 2 if ep else E
+    n_wide = int(_workspace_views(ws, T, K, H, I, E_local)["num_wide_tiles"])
+    if GATE_UP_BM == "64":
+        assert n_wide == -1, "the 128-row tile list was written with HOPPERKIT_MOE_GATEUP_BM=64"
+    else:  # the 128-row kernel ran: its tile list was written (the workspace was filled with 0xFF)
+        assert n_wide > 0, "no 128-row tiles at a per-tensor prefill shape"
+
+
+@pytest.mark.parametrize("bm", ["64", "128"])
+def test_gate_up_tile_heights_forced(bm):
+    """The per-tensor prefill tests again in a subprocess with HOPPERKIT_MOE_GATEUP_BM forced: "64" keeps the
+    64-row gate-up (256 weight rows, columns past I) covered where the default now takes 128-row tiles, "128"
+    runs 128-row tiles down to 17 rows per expert. (test_max_tokens' per-tensor 64-row gate-up, 512 rows per
+    expert, is left to the default path: too long for a subprocess inside the per-test limit.)"""
+    if GATE_UP_BM:
+        pytest.skip("already inside a forced run")
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_MOE_GATEUP_BM=bm, HK_TEST_SEED=str(RUN_SEED))
+    # per-tensor cases only ("block" names the block-scaled parametrisations); within the suite's 120 s per test
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and not block and not many_tokens"],
+                       env=env, capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("K", [1, 16])
@@ -259,6 +307,23 @@ def check_index_path(v, rows, E_local, E_global, counts, dropped):
         assert int(hist[:, E_local].sum()) == dropped
     else:
         assert bool((hist == -1).all()), "one-CTA index build wrote the chunk histograms"
+
+
+def check_wide_tiles(v, block, bm, rows, E_global, counts, off):
+    """The 128-row gate-up tile list: written exactly when the gate-up takes 128-row tiles (else the region keeps
+    the test's 0xFF fill)."""
+    min_rows = _core._C.MOE_WIDE_GATE_UP_MIN_ROWS
+    mean = -(-rows // E_global)
+    wide = not block and bm == 64 and (GATE_UP_BM == "128" or (GATE_UP_BM != "64" and mean >= min_rows))
+    if not wide:
+        assert int(v["num_wide_tiles"]) == -1, "the 128-row tile list was written for a 64-row gate-up"
+        return
+    per = (counts + 127) // 128
+    n = int(per.sum())
+    assert int(v["num_wide_tiles"]) == n
+    want = [(e, int(off[e]) + i * 128, min(128, int(counts[e]) - i * 128)) for e in range(len(counts))
+            for i in range(int(per[e]))]
+    assert [tuple(r[:3]) for r in v["tiles_wide"][:n].tolist()] == want
 
 
 def test_index_chunks_forced():
@@ -439,6 +504,7 @@ def test_stages_match_reference(T, block):
             for i in range(int(tiles_per[e]))]
     got = [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()]
     assert got == want, "tile list"
+    check_wide_tiles(v, block, bm, T * K, E, counts, off)
     sorted_rows = v["sorted_rows"].long()
     for e in range(E):
         seg = sorted_rows[off[e]:off[e + 1]].sort().values

@@ -46,6 +46,18 @@ HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate, int64_
   // intermediate: a multiple of 64 (validated); rows_per_expert: mean_rows_per_expert()
   return block_scaled || (bm == 64 && (intermediate % 128 == 0 || rows_per_expert >= 64)) ? 256 : 128;
 }
+// Gate-up tile height at prefill. The 64 x 256 per-tensor gate-up tile starves on its stage ring (session 9,
+// ncu per-instruction samples at hy3 TP8 4096 tokens: the consumers wait on full stages with the ring full,
+// L2 at 64%): each 40 KB stage (8 KB of A rows, 32 KB of weights) feeds 64 x 256 x 128 MMAs. A 128-row tile over
+// 128 weight rows (64 gate + 64 up; each consumer warpgroup 64 of the rows against all 128 weight rows) feeds
+// the same MMA work from 32 KB, and reads an expert's weights once per 128 rows instead of once per 64. From
+// kWideGateUpMinRows rows per expert on average (not yet measured: a first guess between one and two 64-row
+// tiles' worth; HOPPERKIT_MOE_GATEUP_BM=64 turns it off, =128 forces it wherever it applies), per-tensor only
+// (block-wise scaling needs a whole 128-column activation group per tile).
+constexpr int64_t kWideGateUpMinRows = 96;
+HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert) {
+  return !block_scaled && bm == 64 && rows_per_expert >= kWideGateUpMinRows ? 128 : bm;
+}
 HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   return bm == 64 && hidden % 256 == 0 && intermediate % 128 == 0 ? 256 : 128;
