@@ -100,6 +100,17 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint6
   HK_WGMMA_E4M3(HK_WGMMA_W, "0")
 }
 
+// d[NT0 .. NT0 + N/8) = A x B^T like wgmma_m64k32_e4m3_first, but d read-write in the constraints: the product
+// lands in the registers d already holds. For a partial buffer reused in turn within an unrolled loop (the
+// block-wise 128-row gate-up's quarter stages): with a write-only d, ptxas gives each reuse registers of its own
+// (4 partials live instead of 2, and spills).
+template <int N, int NT0, int NT>
+__device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(N == 16 || N == 32 || N == 64, "wgmma N: 16, 32 or 64");
+  static_assert(NT0 + N / 8 <= NT, "accumulator slice");
+  HK_WGMMA_E4M3(HK_WGMMA_RW, "0")
+}
+
 #undef HK_WGMMA_E4M3
 #undef HK_WGMMA_ACC4
 #undef HK_WGMMA_ACC8

@@ -33,6 +33,9 @@
 #include <cuda.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+#include <utility>
+
 #include "common/ptx.cuh"
 #include "common/wgmma.cuh"
 #include "hopperkit/moe/heuristics.h"
@@ -51,7 +54,8 @@ struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 64 || BM == 128, "block_m");
   static_assert(BN == 128 || BN == 256, "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
-  static_assert(BM != 128 || (kGateUp && !kBlock && BN == 128), "128-row tiles: per-tensor gate-up, 128 weight rows");
+  static_assert(BM != 128 || (kGateUp && BN == (kBlock ? 256 : 128)),
+                "128-row tiles: gate-up, 128 weight rows per-tensor, 256 block-wise");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 128-row tiles (the wide gate-up): two consumer warpgroups, each a wgmma m64 over
   // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16-row tiles: one
@@ -74,6 +78,17 @@ struct MoeGemmConfig {
   // 1.03-1.30x slower than 64-row ones, the gather by one warp the likeliest cause). 384 threads at one CTA
   // per SM leave 168 registers per thread, what session 10's 128-row consumers needed (167).
   static constexpr int kProducerThreads = BM == 128 ? 128 : 32;
+  // The block-wise 128-row tile (128 x 256: a whole 128-column activation group) holds 128 accumulators per
+  // consumer thread plus two 32-register partials (kParts below): more than the 168 registers 384 threads get.
+  // Its warpgroups re-balance them with setmaxnreg: the producer gives up to kProducerRegs, the consumers take
+  // kConsumerRegs (128 x 56 + 256 x 224 = 384 x 168, the registers the launch allocates).
+  static constexpr bool kSetMaxNReg = BM == 128 && kBlock;
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  // ptxas honours setmaxnreg only with a known register count at entry: one CTA per SM in the launch bounds
+  // (without it, C7508: ignored); the other kernels keep the bounds they had (0: unspecified)
+  static constexpr int kMinBlocks = kSetMaxNReg ? 1 : 0;
+  static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
+                "setmaxnreg: the warpgroups' registers fit what the launch allocated");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWM = BM / kWarpsM;  // rows per warp
   static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
@@ -104,7 +119,7 @@ struct MoeGemmConfig {
   static_assert(kStages >= 3, "ring depth");
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
   static constexpr int kAChunks = BM * (kBK / 16) / kProducerThreads;  // A chunks per producer thread per stage
-  static constexpr int kScaleSlots = (kScaleFloats + 31) / 32;
+  static constexpr int kScaleSlots = (kScaleFloats + kProducerThreads - 1) / kProducerThreads;  // per producer thread
   // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 or 256 bytes) goes
   // through its own shared-memory block, so that it is stored as whole row segments in 16-byte chunks (the
   // fragment layout stores 4 bytes per thread, 8 rows per warp instruction); warp-local, no CTA barrier.
@@ -141,6 +156,25 @@ __device__ __forceinline__ void for_each_acc(F&& f) {
       for (int i = 0; i < 4; ++i) f(mt, nt, i);
 }
 
+// f(std::integral_constant<int, i>) for i = 0 .. N - 1, unrolled at compile time (register arrays stay arrays)
+template <class F, int... Is>
+__device__ __forceinline__ void static_for_impl(F& f, std::integer_sequence<int, Is...>) {
+  (f(std::integral_constant<int, Is>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+// a or b, chosen at compile time
+template <int kSecond, class T>
+__device__ __forceinline__ T& select_ref(T& a, T& b) {
+  if constexpr (kSecond != 0) {
+    return b;
+  } else {
+    return a;
+  }
+}
+
 // The swapped 16-row wgmmas of one 32-byte K step: m64 block b (weight rows 64 b .., w's address + b * 8 KB) into
 // d[2 b], d[2 b + 1] (the tile's rows 0-7 and 8-15); `first`: the stage's first step (d written, not read).
 template <int kBlocks, int NT>
@@ -168,7 +202,8 @@ __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w,
 }
 
 template <int BM, int BN, bool kGateUp, bool kBlock>
-__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads)
+__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads,
+                                  MoeGemmConfig<BM, BN, kGateUp, kBlock>::kMinBlocks)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
                     const __grid_constant__ CUtensorMap amap) {
   using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
@@ -267,6 +302,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 
   if (producer) {
     // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
+    if constexpr (C::kSetMaxNReg) setmaxnreg_dec<C::kProducerRegs>();
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
     const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
@@ -318,13 +354,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
                               : a.act + static_cast<int64_t>(slot) * I) + ((pl + kP * i) & 7) * 16;
         }
       }
-      static_assert(!kBlock || kP == 32, "block-wise scales are copied by one producer warp");
       const float* sc_src[C::kScaleSlots];  // block-wise: scale rows (idx < BM: activations; BM, BM+1: weights)
       int sc_ok[C::kScaleSlots];
       if (kBlock) {
 #pragma unroll
         for (int j = 0; j < C::kScaleSlots; ++j) {
-          const int idx = lane + 32 * j;
+          const int idx = pl + kP * j;
           sc_ok[j] = 0;
           sc_src[j] = a.w13_scale;
           if (idx < BM) {
@@ -374,7 +409,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         if (kBlock) {
 #pragma unroll
           for (int j = 0; j < C::kScaleSlots; ++j) {
-            const int idx = lane + 32 * j;
+            const int idx = pl + kP * j;
             if (idx < BM + 2) {
               cp_async_4_zfill(s_scale + slot * C::kScaleFloats + idx, sc_ok[j] ? sc_src[j] + kt : a.w13_scale,
                                sc_ok[j] ? 4 : 0);
@@ -395,6 +430,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
 
   // ------------------------------------------------------------------ consumer warps
+  if constexpr (C::kSetMaxNReg) setmaxnreg_inc<C::kConsumerRegs>();
   // wgmma: warpgroup wn = warp / kWarpsM takes weight rows [wn * kWN, ...), its warp wm = warp % kWarpsM rows
   // 16 wm ... (128-row tiles: kWarpsM = 8, wn = 0: warpgroup w / 4 holds tile rows 64 (w / 4) ...)
   const int wm = C::kWgmma ? warp % C::kWarpsM : warp / C::kWarpsN;
@@ -414,7 +450,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
   // 64 accumulators + two half partials, as many as a whole-stage partial without the pipeline.
-  constexpr bool kHalfPipe = C::kWgmma && C::kWN == 128;  // 256-row tiles, and 128-row tiles (all 128 weight rows)
+  // 256-row tiles, 128-row tiles (all 128 weight rows), and the block-wise 128-row tile (256 weight rows: by
+  // quarter stages)
+  constexpr bool kHalfPipe = C::kWgmma && C::kWN >= 128;
   static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
@@ -509,20 +547,36 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     };
 
     if constexpr (kHalfPipe) {
-      constexpr int kHalfNT = C::kNT / 2;
-      constexpr int kN = C::kWN / 2;  // weight rows of one half (wgmma n)
-      static_assert(C::kMT == 1 && kN == 64, "wgmma tiles: one m64 per warpgroup, halves of 64 rows");
-      float pg[kHalfNT][4], pu[kHalfNT][4];  // the halves' partials (gate-up: gate, up), in turn
-      // waits for stage st (first half only) and issues half h's wgmma group into d
-      auto issue = [&](int st, int h, float (&d)[kHalfNT][4]) {
+      // A warpgroup's stage is kParts wgmma groups of 64 weight rows (gate-up: its gate rows, then its up rows;
+      // down: its rows in order), each summed into a 32-register partial of its own; one group stays in flight
+      // while the previous one is added. kParts = 2 (halves) but for the block-wise 128-row gate-up (4: 128
+      // gate + 128 up rows per warpgroup, whose registers hold no half-stage partials).
+      constexpr int kParts = C::kWN / 64;
+      constexpr int kPartNT = 8;  // n8 tiles of a part: accumulator tiles p * 8 ...
+      static_assert(C::kMT == 1 && kParts * kPartNT == C::kNT && kParts % 2 == 0,
+                    "wgmma tiles: one m64 per warpgroup, parts of 64 rows, gate and up alike");
+      float pa[kPartNT][4], pb[kPartNT][4];  // the parts' partials, in turn (even parts in pa, odd in pb)
+      if constexpr (kParts > 2) {  // read (and ignored: scale-d 0) by the in-place first products
+#pragma unroll
+        for (int nt = 0; nt < kPartNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) pa[nt][i] = pb[nt][i] = 0.f;
+      }
+      // gate-up: part p is box p / (kParts / 2) (gate, up) at its warpgroup's rows + 64 (p % (kParts / 2))
+      auto part_row = [&](int p) {
+        return kGateUp ? (p / (kParts / 2)) * C::kBoxRows + wn * (C::kWN / 2) + (p % (kParts / 2)) * 64
+                       : wn * C::kWN + p * 64;
+      };
+      // waits for stage st (part 0 only) and issues part p's wgmma group into d
+      auto issue = [&](int st, int p, float (&d)[kPartNT][4]) {
         const int slot = st % C::kStages;
         const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
         const uint32_t sb = sa + C::kABytes;
-        if (h == 0) {
+        if (p == 0) {
           mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
           if constexpr (!C::kTmaA) fence_proxy_async_shared();  // A rows written by cp.async (generic proxy)
         }
-        const int brow = kGateUp ? h * C::kBoxRows + wn * kN : wn * C::kWN + h * kN;
+        const int brow = part_row(p);
         // 128-row tiles: this warpgroup's 64 A rows start 64 rows into the stage (1 KB aligned: the swizzle holds)
         const uint32_t a_wg = BM == 128 ? static_cast<uint32_t>((warp / 4) * 64 * C::kBK) : 0u;
         const uint64_t da0 = gmma_desc_sw128(sa + a_wg), db0 = gmma_desc_sw128(sb + brow * 128);
@@ -532,52 +586,71 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const uint64_t da = gmma_desc_add(da0, kk * 32);
           const uint64_t db = gmma_desc_add(db0, kk * 32);
           if (kk == 0) {
-            wgmma_m64k32_e4m3_first<kN, 0>(d, da, db);
+            if constexpr (kParts > 2) {  // pa / pb reused in turn within the unrolled stage: keep their registers
+              wgmma_m64k32_e4m3_first_inplace<64, 0>(d, da, db);
+            } else {
+              wgmma_m64k32_e4m3_first<64, 0>(d, da, db);
+            }
           } else {
-            wgmma_m64k32_e4m3<kN, 0>(d, da, db);
+            wgmma_m64k32_e4m3<64, 0>(d, da, db);
           }
         }
         wgmma_commit();
       };
-      // adds half h of stage st (complete) to the accumulators; the second half releases the stage
-      auto retire_half = [&](int st, int h, float (&d)[kHalfNT][4]) {
+      // adds part p of stage st (complete) to the accumulators; the last part releases the stage
+      auto retire_part = [&](int st, int p, float (&d)[kPartNT][4]) {
         float s0 = 1.f, s1 = 1.f;
         if constexpr (kBlock) {  // (activation row scale x weight block scale) of the stage's K block
           const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
-          const float sw = sc[BM + (kGateUp ? h : wn)];  // gate-up: gate / up block; down: the warpgroup's block
+          // gate-up: the gate / up block; down: the warpgroup's block
+          const float sw = sc[BM + (kGateUp ? p / (kParts / 2) : wn)];
           s0 = sc[wm * C::kWM + g] * sw;
           s1 = sc[wm * C::kWM + g + 8] * sw;
         }
 #pragma unroll
-        for (int nt = 0; nt < kHalfNT; ++nt)
+        for (int nt = 0; nt < kPartNT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             wgmma_fence_operand(d[nt][i]);
             if constexpr (kBlock) {
-              acc[0][h * kHalfNT + nt][i] += d[nt][i] * (i < 2 ? s0 : s1);
+              acc[0][p * kPartNT + nt][i] += d[nt][i] * (i < 2 ? s0 : s1);
             } else {
-              acc[0][h * kHalfNT + nt][i] += d[nt][i];
+              acc[0][p * kPartNT + nt][i] += d[nt][i];
             }
           }
-        if (h == 1) release(st);  // after the scales are read: they live in the stage
+        if (p == kParts - 1) release(st);  // after the scales are read: they live in the stage
       };
       const int n = kb1 - kb0;  // >= 1 (see kPipe)
-      issue(step, 0, pg);
+      issue(step, 0, pa);
       load_epilogue_inputs();
-      issue(step, 1, pu);
+      issue(step, 1, pb);
       int j = 0;
       for (; j + 1 < n; ++j) {
-        wgmma_wait<1>();  // stage j's first half is complete, its second in flight
-        retire_half(step + j, 0, pg);
-        issue(step + j + 1, 0, pg);
-        wgmma_wait<1>();  // stage j's second half is complete, stage j + 1's first in flight
-        retire_half(step + j, 1, pu);
-        issue(step + j + 1, 1, pu);
+        // part p of stage j completes while the next group runs; its buffer takes part p + 2 (of stage j, or
+        // of stage j + 1 past the last part)
+        static_for<kParts>([&](auto P) {
+          constexpr int p = decltype(P)::value;
+          auto& d = select_ref<p & 1>(pa, pb);
+          wgmma_wait<1>();
+          retire_part(step + j, p, d);
+          if constexpr (p + 2 < kParts) {
+            issue(step + j, p + 2, d);
+          } else {
+            issue(step + j + 1, p + 2 - kParts, d);
+          }
+        });
       }
-      wgmma_wait<1>();  // the last stage
-      retire_half(step + j, 0, pg);
-      wgmma_wait<0>();
-      retire_half(step + j, 1, pu);
+      static_for<kParts>([&](auto P) {  // the last stage
+        constexpr int p = decltype(P)::value;
+        auto& d = select_ref<p & 1>(pa, pb);
+        if constexpr (p == kParts - 1) {
+          wgmma_wait<0>();
+        } else {
+          wgmma_wait<1>();
+        }
+        retire_part(step + j, p, d);
+        if constexpr (p + 2 < kParts) issue(step + j, p + 2, d);
+      });
       step += n;
     } else if constexpr (kPipe) {
       // wgmma's FP8 accumulation keeps fewer bits than fp32: each 128-deep stage is summed on its own (p0, p1

@@ -35,13 +35,15 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(down_tile_n(false, 64, 320, 256), 128);   // hidden 320: 256-column tiles would leave 3/8 empty
   EXPECT_EQ(down_tile_n(true, 64, 7168, 2048), 256);  // block-wise: one weight block per warpgroup
   EXPECT_EQ(down_tile_n(true, 16, 7168, 2048), 128);
-  // 128-row gate-up tiles: per-tensor prefill from kWideGateUpMinRows rows per expert (hy3 TP8 at 4096 tokens:
-  // 171 rows per expert; at 2048, 86)
+  // 128-row gate-up tiles: prefill from kWideGateUpMinRows rows per expert, both scalings (hy3 at 4096 tokens:
+  // 171 rows per expert; at 2048, 86; at 1024, 43)
   EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(4096, 8, 192)), 128);
-  EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(2048, 8, 192)), 64);
+  EXPECT_EQ(gate_up_block_m(true, 64, mean_rows_per_expert(2048, 8, 192)), 128);
+  EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(1024, 8, 192)), 64);
   EXPECT_EQ(gate_up_block_m(false, 64, kWideGateUpMinRows), 128);
-  EXPECT_EQ(gate_up_block_m(false, 64, kWideGateUpMinRows - 1), 64);
-  EXPECT_EQ(gate_up_block_m(true, 64, 1000), 64);   // block-wise scaling: a whole activation group per tile
+  EXPECT_EQ(gate_up_block_m(true, 64, kWideGateUpMinRows - 1), 64);
+  EXPECT_EQ(wide_gate_up_tile_n(false), 128);
+  EXPECT_EQ(wide_gate_up_tile_n(true), 256);  // block-wise: a whole 128-column activation group per tile
   EXPECT_EQ(gate_up_block_m(false, 16, 1000), 16);  // (decode tiles never reach it)
   EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);

@@ -206,46 +206,56 @@ def test_64_row_tiles_half_width_output_columns():
     run_case(300, 320, 192, 16, 4, False, kind="skewed", seed=320)
 
 
-# Gate-up tile height at prefill (HOPPERKIT_MOE_GATEUP_BM, read once per process): unset, per-tensor calls from
-# _C.MOE_WIDE_GATE_UP_MIN_ROWS rows per expert take 128-row gate-up tiles (so the per-tensor 64-row tests above
-# at >= 96 rows per expert run them too); "64" keeps 64-row tiles, "128" forces 128 wherever it applies.
+# Gate-up tile height at prefill (HOPPERKIT_MOE_GATEUP_BM, read once per process): unset, calls from
+# _C.MOE_WIDE_GATE_UP_MIN_ROWS rows per expert take 128-row gate-up tiles, both scalings (so the 64-row tests
+# above at >= that many rows per expert run them too); "64" keeps 64-row tiles, "128" forces 128 wherever it
+# applies.
 GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
 
 
-@pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input", [
-    (1024, 512, 192, 48, 8, "skewed", False, False),   # 171 rows per expert, I = 192: three 64-column blocks
-    (600, 192, 128, 16, 4, "skewed", False, False),    # K = 192: one stage and a 64-deep tail
-    (600, 128, 256, 16, 4, "uniform", False, False),   # K = 128: a single stage
-    (1024, 256, 256, 16, 8, "sparse", True, True),     # half the experts remote, fp8 input
-], ids=["i192_skewed", "k_tail", "one_stage", "ep_fp8_in"])
-def test_wide_gate_up_tiles(T, H, I, E, K, kind, ep, fp8_input):
-    # 128-row gate-up tiles: each consumer warpgroup holds 64 of the tile's rows against all 128 weight rows;
-    # skewed routing leaves experts with a partial last tile (second warpgroup's rows partly or wholly empty)
+@pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", [
+    (1024, 512, 192, 48, 8, "skewed", False, False, False),   # 171 rows per expert, I = 192: three 64-column blocks
+    (600, 192, 128, 16, 4, "skewed", False, False, False),    # K = 192: one stage and a 64-deep tail
+    (600, 128, 256, 16, 4, "uniform", False, False, False),   # K = 128: a single stage
+    (1024, 256, 256, 16, 8, "sparse", True, True, False),     # half the experts remote, fp8 input
+    (1024, 512, 384, 48, 8, "skewed", False, False, True),    # block-wise: three 128-column blocks, 4 stages
+    (600, 128, 256, 16, 4, "uniform", False, False, True),    # block-wise, K = 128: a single stage
+    (300, 640, 256, 16, 4, "skewed", False, False, True),     # block-wise, 75 rows per expert: K = 640, 5 stages
+    (1024, 256, 256, 16, 8, "sparse", True, True, True),      # block-wise, half the experts remote, fp8 input
+], ids=["i192_skewed", "k_tail", "one_stage", "ep_fp8_in", "block_i384_skewed", "block_one_stage",
+        "block_75_rows_long_k", "block_ep_fp8_in"])
+def test_wide_gate_up_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
+    # 128-row gate-up tiles: each consumer warpgroup holds 64 of the tile's rows against all the tile's weight
+    # rows (per-tensor 128, block-wise 256 by quarter stages); skewed routing leaves experts with a partial last
+    # tile (the second warpgroup's rows partly or wholly empty)
     from hopperkit.moe import _workspace_views
-    _, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I,
+    _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + block,
                         check_repeat=(kind == "sparse"))
     E_local = E // 2 if ep else E
     n_wide = int(_workspace_views(ws, T, K, H, I, E_local)["num_wide_tiles"])
     if GATE_UP_BM == "64":
         assert n_wide == -1, "the 128-row tile list was written with HOPPERKIT_MOE_GATEUP_BM=64"
     else:  # the 128-row kernel ran: its tile list was written (the workspace was filled with 0xFF)
-        assert n_wide > 0, "no 128-row tiles at a per-tensor prefill shape"
+        assert n_wide > 0, "no 128-row tiles at a prefill shape"
 
 
 @pytest.mark.parametrize("bm", ["64", "128"])
-def test_gate_up_tile_heights_forced(bm):
-    """The per-tensor prefill tests again in a subprocess with HOPPERKIT_MOE_GATEUP_BM forced: "64" keeps the
-    64-row gate-up (256 weight rows, columns past I) covered where the default now takes 128-row tiles, "128"
-    runs 128-row tiles down to 17 rows per expert. (test_max_tokens' per-tensor 64-row gate-up, 512 rows per
-    expert, is left to the default path: too long for a subprocess inside the per-test limit.)"""
+@pytest.mark.parametrize("scaling", ["per_tensor", "block"])
+def test_gate_up_tile_heights_forced(bm, scaling):
+    """The prefill tests again in a subprocess with HOPPERKIT_MOE_GATEUP_BM forced: "64" keeps the 64-row
+    gate-up (256 weight rows, columns past I; block-wise 64 x 256) covered where the default now takes 128-row
+    tiles, "128" runs 128-row tiles down to 17 rows per expert. One scaling per subprocess (the per-test time
+    limit). (test_max_tokens' per-tensor 64-row gate-up, 512 rows per expert, is left to the default path: too
+    long for a subprocess inside the per-test limit.)"""
     if GATE_UP_BM:
         pytest.skip("already inside a forced run")
     import subprocess
     import sys
     env = dict(os.environ, HOPPERKIT_MOE_GATEUP_BM=bm, HK_TEST_SEED=str(RUN_SEED))
-    # per-tensor cases only ("block" names the block-scaled parametrisations); within the suite's 120 s per test
+    # "block" names the block-scaled parametrisations; within the suite's 120 s per test
+    pick = "block" if scaling == "block" else "not block"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        "(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and not block and not many_tokens"],
+                        f"(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and {pick} and not many_tokens"],
                        env=env, capture_output=True, text=True, timeout=100)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
@@ -314,7 +324,7 @@ def check_wide_tiles(v, block, bm, rows, E_global, counts, off):
     the test's 0xFF fill)."""
     min_rows = _core._C.MOE_WIDE_GATE_UP_MIN_ROWS
     mean = -(-rows // E_global)
-    wide = not block and bm == 64 and (GATE_UP_BM == "128" or (GATE_UP_BM != "64" and mean >= min_rows))
+    wide = bm == 64 and (GATE_UP_BM == "128" or (GATE_UP_BM != "64" and mean >= min_rows))
     if not wide:
         assert int(v["num_wide_tiles"]) == -1, "the 128-row tile list was written for a 64-row gate-up"
         return

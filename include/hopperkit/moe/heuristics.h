@@ -50,14 +50,21 @@ HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate, int64_
 // ncu per-instruction samples at hy3 TP8 4096 tokens: the consumers wait on full stages with the ring full,
 // L2 at 64%): each 40 KB stage (8 KB of A rows, 32 KB of weights) feeds 64 x 256 x 128 MMAs. A 128-row tile over
 // 128 weight rows (64 gate + 64 up; each consumer warpgroup 64 of the rows against all 128 weight rows) feeds
-// the same MMA work from 32 KB, and reads an expert's weights once per 128 rows instead of once per 64. From
-// kWideGateUpMinRows rows per expert on average (not yet measured: a first guess between one and two 64-row
-// tiles' worth; HOPPERKIT_MOE_GATEUP_BM=64 turns it off, =128 forces it wherever it applies), per-tensor only
-// (block-wise scaling needs a whole 128-column activation group per tile).
-constexpr int64_t kWideGateUpMinRows = 96;
+// the same MMA work from 32 KB, and reads an expert's weights once per 128 rows instead of once per 64
+// (session 17 run 3, per-tensor from 96 rows per expert: 0.80-0.92x the time at 2048-16384 tokens). Block-wise,
+// the 128-row tile spans 256 weight rows (a whole 128-column activation group; wide_gate_up_tile_n). From
+// kWideGateUpMinRows rows per expert on average: an expert of 65-128 rows is two 64-row tiles or one 128-row
+// tile, the same MMA row slots, but the weights staged once instead of twice (HOPPERKIT_MOE_GATEUP_BM=64 turns
+// it off, =128 forces it wherever it applies).
+constexpr int64_t kWideGateUpMinRows = 64;
 HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert) {
-  return !block_scaled && bm == 64 && rows_per_expert >= kWideGateUpMinRows ? 128 : bm;
+  (void)block_scaled;  // both scalings
+  return bm == 64 && rows_per_expert >= kWideGateUpMinRows ? 128 : bm;
 }
+// Weight rows of a 128-row gate-up tile: per-tensor 128 (64 gate + 64 up: each consumer warpgroup's 64 rows
+// against all of them fit 168 registers), block-wise 256 (128 gate + 128 up; its consumers take 224 registers
+// by setmaxnreg).
+HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
 HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   return bm == 64 && hidden % 256 == 0 && intermediate % 128 == 0 ? 256 : 128;
