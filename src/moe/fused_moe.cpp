@@ -89,6 +89,10 @@ void fused_moe(const MoeParams& p) {
   a.gate_up_tile_n = a.gate_up_bm == 128                ? wide_gate_up_tile_n(block)
                      : narrow == 2 && !block ? 128
                                              : gate_up_tile_n(block, a.block_m, p.intermediate, rows_per_expert);
+  // Profiling and test aid (not for serving): HOPPERKIT_MOE_DOWN_BM=64 keeps the down GEMM on 64-row tiles where
+  // the gate-up runs 128-row ones; unset, down_block_m() in heuristics.h picks.
+  static const int down_bm_forced = env_int("HOPPERKIT_MOE_DOWN_BM", 0, 0, 128);
+  a.down_bm = down_bm_forced == 64 ? a.block_m : down_block_m(a.block_m, a.gate_up_bm);
   a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size, p.intermediate);
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);

@@ -1,5 +1,6 @@
 // hopperkit fused FP8 MoE, kernel 3: down GEMM into per-row bf16 results.
-// Variants (block_m / scaling / weight rows per tile): 16 both scalings 128; 64 both scalings 128 or 256.
+// Variants (tile rows / scaling / weight rows per tile): 16 both scalings 128; 64 and 128 both scalings 128 or
+// 256 (down_bm: 128 only where the gate-up runs 128-row tiles, whose tile list it shares).
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -14,21 +15,26 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
   HK_CHECK(kUnsupported, a.down_tile_n == 128 || a.hidden_size % 256 == 0, "down tile_n / hidden",
            "128, or a hidden size that is a multiple of 256",
            std::to_string(a.down_tile_n) + " / " + std::to_string(a.hidden_size));
-  switch ((a.block_m * 2 + a.block_scaled) * 1000 + a.down_tile_n) {
+  switch ((a.down_bm * 2 + a.block_scaled) * 1000 + a.down_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, false, false>{}); break;
     case (16 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<16, 128, false, true>{}); break;
     case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, false, false>{}); break;
     case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, false, false>{}); break;
     case (64 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<64, 128, false, true>{}); break;
     case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, false, true>{}); break;
+    case (128 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<128, 128, false, false>{}); break;
+    case (128 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<128, 256, false, false>{}); break;
+    case (128 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<128, 128, false, true>{}); break;
+    case (128 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<128, 256, false, true>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "down block_m / block_scaled / tile_n",
-               "16/0/128, 16/1/128, 64/0/128, 64/0/256, 64/1/128 or 64/1/256",
-               std::to_string(a.block_m) + "/" + std::to_string(a.block_scaled) + "/" +
+               "16/0/128, 16/1/128, 64/0/128, 64/0/256, 64/1/128, 64/1/256, 128/0/128, 128/0/256, 128/1/128 "
+               "or 128/1/256",
+               std::to_string(a.down_bm) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.down_tile_n));
   }
 }
-int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.down_tile_n, a.hidden_size, a.block_m); }
+int64_t max_tasks(const MoeKernelArgs& a) { return moe_max_tasks(a, a.down_tile_n, a.hidden_size, a.down_bm); }
 }  // namespace
 
 MoeGemmPlan plan_moe_down(const MoeKernelArgs& a) {

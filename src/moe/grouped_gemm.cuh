@@ -54,8 +54,8 @@ struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 64 || BM == 128, "block_m");
   static_assert(BN == 128 || BN == 256, "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
-  static_assert(BM != 128 || (kGateUp && BN == (kBlock ? 256 : 128)),
-                "128-row tiles: gate-up, 128 weight rows per-tensor, 256 block-wise");
+  static_assert(BM != 128 || !kGateUp || BN == (kBlock ? 256 : 128),
+                "128-row gate-up tiles: 128 weight rows per-tensor, 256 block-wise");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 128-row tiles (the wide gate-up): two consumer warpgroups, each a wgmma m64 over
   // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16-row tiles: one
@@ -77,12 +77,14 @@ struct MoeGemmConfig {
   // cp.async per thread and stage instead of 32: session 10's 128-row tiles with one producer warp measured
   // 1.03-1.30x slower than 64-row ones, the gather by one warp the likeliest cause). 384 threads at one CTA
   // per SM leave 168 registers per thread, what session 10's 128-row consumers needed (167).
+  // (128-row down tiles get their A rows by TMA, but take a producer warpgroup too: setmaxnreg below works on
+  // whole warpgroups, and with 9 warps a sub-partition's register file holds 3 of them at 168 registers.)
   static constexpr int kProducerThreads = BM == 128 ? 128 : 32;
   // The block-wise 128-row tile (128 x 256: a whole 128-column activation group) holds 128 accumulators per
   // consumer thread plus two 32-register partials (kParts below): more than the 168 registers 384 threads get.
   // Its warpgroups re-balance them with setmaxnreg: the producer gives up to kProducerRegs, the consumers take
   // kConsumerRegs (128 x 56 + 256 x 224 = 384 x 168, the registers the launch allocates).
-  static constexpr bool kSetMaxNReg = BM == 128 && kBlock;
+  static constexpr bool kSetMaxNReg = BM == 128 && BN == 256;  // block-wise gate-up; down at 256 weight rows
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   // ptxas honours setmaxnreg only with a known register count at entry: one CTA per SM in the launch bounds
   // (without it, C7508: ignored); the other kernels keep the bounds they had (0: unspecified)
@@ -105,16 +107,20 @@ struct MoeGemmConfig {
   // box at the tile's first slot; rows past the tile are other tiles' rows, whose outputs are never stored);
   // per-tensor 16-row tiles keep cp.async (with TMA, hy3 TP8 at 4 tokens took 47.4 us against 44.9).
   // Gate-up gathers its A rows through the routing index with cp.async.
-  static constexpr bool kTmaA = !kGateUp && (BM == 64 || kBlock);
+  static constexpr bool kTmaA = !kGateUp && (BM >= 64 || kBlock);
   // The producer's lanes copy with cp.async (A rows, block-wise scales) and arrive on the full barrier when
   // those land; per-tensor down copies nothing that way.
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring (the 256-row down
   // tile leaves room for its output staging, 34 KB).
-  static constexpr int kBudget = (BM == 16 && BN == 128)                  ? 108 * 1024
-                                 : (!kGateUp && BM == 64 && BN == 256) ? 170 * 1024
-                                                                       : 205 * 1024;
+  // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
+  // at 128)
+  static constexpr int kBudget = (BM == 16 && BN == 128)                   ? 108 * 1024
+                                 : (!kGateUp && BM == 64 && BN == 256)  ? 170 * 1024
+                                 : (!kGateUp && BM == 128 && BN == 256) ? 150 * 1024
+                                 : (!kGateUp && BM == 128)              ? 180 * 1024
+                                                                        : 205 * 1024;
   static constexpr int kStages = kBudget / kStageBytes > 8 ? 8 : kBudget / kStageBytes;
   static_assert(kStages >= 3, "ring depth");
   static constexpr int kScaleFloats = BM + 2;          // per stage: activation scale per row, weight scale(s)
@@ -123,7 +129,7 @@ struct MoeGemmConfig {
   // Down, 64-row tiles: each warp's bf16 output block (kWM rows x kWN columns: 16 x 128 or 256 bytes) goes
   // through its own shared-memory block, so that it is stored as whole row segments in 16-byte chunks (the
   // fragment layout stores 4 bytes per thread, 8 rows per warp instruction); warp-local, no CTA barrier.
-  static constexpr bool kStagedOut = !kGateUp && BM == 64;
+  static constexpr bool kStagedOut = !kGateUp && BM >= 64;
   static constexpr int kOutRowChunks = kWN * 2 / 16;            // 16-byte chunks per row of a warp's block
   static constexpr int kOutStride = kWN * 2 + 16;               // bytes per staged row: conflict-free 4-byte writes
   static constexpr int kOutWarpBytes = kWM * kOutStride;
@@ -303,6 +309,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   if (producer) {
     // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
     if constexpr (C::kSetMaxNReg) setmaxnreg_dec<C::kProducerRegs>();
+    // per-tensor 128-row down: one thread issues every copy (TMA); the warpgroup's other warps have nothing to do
+    if constexpr (!C::kLaneCopies && C::kProducerThreads > 32) {
+      if (pl >= 32) return;
+    }
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
     const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
     const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
@@ -602,8 +612,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         float s0 = 1.f, s1 = 1.f;
         if constexpr (kBlock) {  // (activation row scale x weight block scale) of the stage's K block
           const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
-          // gate-up: the gate / up block; down: the warpgroup's block
-          const float sw = sc[BM + (kGateUp ? p / (kParts / 2) : wn)];
+          // gate-up: the gate / up block; down: the warpgroup's block (128-row tiles: the part's 128-block of
+          // the tile's 256 weight rows)
+          const float sw = sc[BM + (kGateUp ? p / (kParts / 2) : BM == 128 ? p * 64 / kScaleBlock : wn)];
           s0 = sc[wm * C::kWM + g] * sw;
           s1 = sc[wm * C::kWM + g + 8] * sw;
         }

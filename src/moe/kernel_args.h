@@ -32,6 +32,7 @@ struct MoeKernelArgs {
   int num_tokens, hidden_size, intermediate, num_local_experts, num_global_experts, top_k;
   int block_m;                // 16 or 64: the routing index's tiles (both GEMMs unless gate_up_bm says)
   int gate_up_bm;             // the gate-up's tile rows: block_m, or 128 (tiles_wide; gate_up_block_m)
+  int down_bm;                // the down GEMM's tile rows: block_m, or 128 (tiles_wide, only with gate_up_bm 128)
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups
   int gate_up_tile_n;         // weight rows per gate-up tile (gate_up_tile_n in heuristics.h)
   int down_tile_n;            // weight rows per down tile (down_tile_n)

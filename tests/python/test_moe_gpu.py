@@ -227,7 +227,8 @@ GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
 def test_wide_gate_up_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     # 128-row gate-up tiles: each consumer warpgroup holds 64 of the tile's rows against all the tile's weight
     # rows (per-tensor 128, block-wise 256 by quarter stages); skewed routing leaves experts with a partial last
-    # tile (the second warpgroup's rows partly or wholly empty)
+    # tile (the second warpgroup's rows partly or wholly empty). The down GEMM drains the same 128-row tiles
+    # (down_block_m): 128 or 256 weight rows (H % 256, I % 128), both scalings.
     from hopperkit.moe import _workspace_views
     _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + block,
                         check_repeat=(kind == "sparse"))

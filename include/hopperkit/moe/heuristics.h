@@ -65,6 +65,10 @@ HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert
 // against all of them fit 168 registers), block-wise 256 (128 gate + 128 up; its consumers take 224 registers
 // by setmaxnreg).
 HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
+// Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
+// A rows arrive by TMA, so one producer warp feeds it), which stages each expert's W2 once per 128 rows instead
+// of once per 64. Not measured yet (session 17, prepared).
+HK_MOE_HD int down_block_m(int bm, int gate_up_bm) { return gate_up_bm == 128 ? 128 : bm; }
 HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   return bm == 64 && hidden % 256 == 0 && intermediate % 128 == 0 ? 256 : 128;
