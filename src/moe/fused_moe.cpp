@@ -92,7 +92,7 @@ void fused_moe(const MoeParams& p) {
   // Profiling and test aid (not for serving): HOPPERKIT_MOE_DOWN_BM=64 keeps the down GEMM on 64-row tiles where
   // the gate-up runs 128-row ones; unset, down_block_m() in heuristics.h picks.
   static const int down_bm_forced = env_int("HOPPERKIT_MOE_DOWN_BM", 0, 0, 128);
-  a.down_bm = down_bm_forced == 64 ? a.block_m : down_block_m(a.block_m, a.gate_up_bm);
+  a.down_bm = down_bm_forced == 64 ? a.block_m : down_block_m(a.block_m, a.gate_up_bm, block, p.intermediate);
   a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, p.hidden_size, p.intermediate);
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);

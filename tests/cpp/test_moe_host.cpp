@@ -42,9 +42,12 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(1024, 8, 192)), 64);
   EXPECT_EQ(gate_up_block_m(false, 64, kWideGateUpMinRows), 128);
   EXPECT_EQ(gate_up_block_m(true, 64, kWideGateUpMinRows - 1), 64);
-  EXPECT_EQ(down_block_m(64, 128), 128);  // the down GEMM follows the gate-up's 128-row tiles
-  EXPECT_EQ(down_block_m(64, 64), 64);
-  EXPECT_EQ(down_block_m(16, 16), 16);
+  EXPECT_EQ(down_block_m(64, 128, false, 192), 128);  // the down GEMM follows the gate-up's 128-row tiles
+  EXPECT_EQ(down_block_m(64, 128, true, 1536), 128);
+  EXPECT_EQ(down_block_m(64, 128, true, 256), 64);    // block-wise over a short K (DeepSeek-V3 TP8) keeps 64
+  EXPECT_EQ(down_block_m(64, 128, true, kWideDownBlockMinK), 128);
+  EXPECT_EQ(down_block_m(64, 64, false, 2048), 64);
+  EXPECT_EQ(down_block_m(16, 16, true, 2048), 16);
   EXPECT_EQ(wide_gate_up_tile_n(false), 128);
   EXPECT_EQ(wide_gate_up_tile_n(true), 256);  // block-wise: a whole 128-column activation group per tile
   EXPECT_EQ(gate_up_block_m(false, 16, 1000), 16);  // (decode tiles never reach it)

@@ -66,9 +66,15 @@ HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert
 // by setmaxnreg).
 HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
-// A rows arrive by TMA, so one producer warp feeds it), which stages each expert's W2 once per 128 rows instead
-// of once per 64. Not measured yet (session 17, prepared).
-HK_MOE_HD int down_block_m(int bm, int gate_up_bm) { return gate_up_bm == 128 ? 128 : bm; }
+// A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
+// H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
+// at I = 192 0.91-0.95x from 2048 tokens), block-wise over a long K (I = 1536-2048, EP8) 0.955-1.005x; block-wise
+// at I = 256 (DeepSeek-V3 TP8: two 128-deep stages per 128 x 256 item) 1.019-1.022x at 2048, 8192 and 16384
+// tokens (0.996x at 4096), so block-wise at I <= 256 keeps 64-row down tiles.
+constexpr int kWideDownBlockMinK = 512;
+HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int intermediate) {
+  return gate_up_bm == 128 && (!block_scaled || intermediate >= kWideDownBlockMinK) ? 128 : bm;
+}
 HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   return bm == 64 && hidden % 256 == 0 && intermediate % 128 == 0 ? 256 : 128;
