@@ -70,7 +70,8 @@ HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled) { return block_scaled ? 256
 // H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
 // at I = 192 0.91-0.95x from 2048 tokens), block-wise over a long K (I = 1536-2048, EP8) 0.955-1.005x; block-wise
 // at I = 256 (DeepSeek-V3 TP8: two 128-deep stages per 128 x 256 item) 1.019-1.022x at 2048, 8192 and 16384
-// tokens (0.996x at 4096), so block-wise at I <= 256 keeps 64-row down tiles.
+// tokens (0.996x at 4096), so block-wise below I = 512 keeps 64-row down tiles (I = 256 the only shape measured
+// there; I = 1536-2048 above it).
 constexpr int kWideDownBlockMinK = 512;
 HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int intermediate) {
   return gate_up_bm == 128 && (!block_scaled || intermediate >= kWideDownBlockMinK) ? 128 : bm;
