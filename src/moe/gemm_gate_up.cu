@@ -14,6 +14,9 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
   // a warp's columns are all in or all past I (the epilogue skips them per warp): 64 columns per warp
   HK_CHECK(kUnsupported, a.intermediate % 64 == 0, "intermediate", "a multiple of 64",
            std::to_string(a.intermediate));
+  // a 192-row tile's task is 96 columns: whole tasks only (its epilogue does not bound columns by I)
+  HK_CHECK(kUnsupported, a.gate_up_tile_n != 192 || a.intermediate % 96 == 0, "intermediate",
+           "a multiple of 96 with 192-row gate-up tiles", std::to_string(a.intermediate));
   switch ((a.gate_up_bm * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false>{}); break;
     case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;
