@@ -230,7 +230,7 @@ GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
         "block_one_stage", "block_75_rows_long_k", "block_ep_fp8_in", "block_down128_bn128", "block_down128_bn256_ep"])
 def test_wide_gate_up_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     # 128-row gate-up tiles: each consumer warpgroup holds 64 of the tile's rows against all the tile's weight
-    # rows (per-tensor 128, or 192 where I % 96 == 0; block-wise 256 by quarter stages); skewed routing leaves
+    # rows (per-tensor 128, or 192 where I % 192 == 0 and I % 128 != 0; block-wise 256 by quarter stages); skewed routing leaves
     # experts with a partial last tile (the second warpgroup's rows partly or wholly empty). The down GEMM drains
     # the same 128-row tiles (down_block_m): 128 or 256 weight rows (H % 256, I % 128); block-wise only from
     # I = 512 (below, the 64-row down tiles after a 128-row gate-up).
