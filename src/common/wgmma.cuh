@@ -52,6 +52,8 @@ __device__ __forceinline__ void wgmma_wait() {
 #define HK_WGMMA_ACC32(C) HK_WGMMA_ACC4(C, 0), HK_WGMMA_ACC4(C, 1), HK_WGMMA_ACC4(C, 2), HK_WGMMA_ACC4(C, 3)
 #define HK_WGMMA_ACC64(C) HK_WGMMA_ACC32(C), HK_WGMMA_ACC4(C, 4), HK_WGMMA_ACC4(C, 5), HK_WGMMA_ACC4(C, 6), \
                           HK_WGMMA_ACC4(C, 7)
+#define HK_WGMMA_ACC96(C) HK_WGMMA_ACC64(C), HK_WGMMA_ACC4(C, 8), HK_WGMMA_ACC4(C, 9), HK_WGMMA_ACC4(C, 10), \
+                          HK_WGMMA_ACC4(C, 11)
 #define HK_WGMMA_RW(x) "+f"(x)
 #define HK_WGMMA_W(x) "=f"(x)
 #define HK_WGMMA_ACC8(C) HK_WGMMA_ACC4(C, 0), HK_WGMMA_ACC4(C, 1)
@@ -60,6 +62,11 @@ __device__ __forceinline__ void wgmma_wait() {
 #define HK_WGMMA_REGS64                                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+#define HK_WGMMA_REGS96                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+  "%44, %45, %46, %47}"
 
 // One m64nNk32 e4m3 wgmma: accumulator constraint C ("+f" or "=f") and scale-d (1: d += A x B^T, 0: d = A x B^T).
 #define HK_WGMMA_E4M3(C, SCALE_D)                                                                                  \
@@ -80,13 +87,19 @@ __device__ __forceinline__ void wgmma_wait() {
                  ", 1, 1;\n"                                                                                       \
                  : HK_WGMMA_ACC64(C)                                                                               \
                  : "l"(desc_a), "l"(desc_b));                                                                      \
+  }                                                                                                                \
+  if constexpr (N == 96) {                                                                                         \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " HK_WGMMA_REGS96 ", %48, %49, " SCALE_D \
+                 ", 1, 1;\n"                                                                                       \
+                 : HK_WGMMA_ACC96(C)                                                                               \
+                 : "l"(desc_a), "l"(desc_b));                                                                      \
   }
 
 // d[NT0 .. NT0 + N/8) += A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out
 // (a chain's first product: wgmma_m64k32_e4m3_first below).
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16 || N == 32 || N == 64, "wgmma N: 16, 32 or 64");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 96, "wgmma N: 16, 32, 64 or 96");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_RW, "1")
 }
@@ -95,7 +108,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t de
 // does not depend on d's earlier values, so ptxas can keep such chains in flight across loop iterations.
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16 || N == 32 || N == 64, "wgmma N: 16, 32 or 64");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 96, "wgmma N: 16, 32, 64 or 96");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_W, "0")
 }
@@ -106,7 +119,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint6
 // (4 partials live instead of 2, and spills).
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16 || N == 32 || N == 64, "wgmma N: 16, 32 or 64");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 96, "wgmma N: 16, 32, 64 or 96");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_RW, "0")
 }
@@ -116,6 +129,8 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
 #undef HK_WGMMA_ACC8
 #undef HK_WGMMA_ACC32
 #undef HK_WGMMA_ACC64
+#undef HK_WGMMA_ACC96
+#undef HK_WGMMA_REGS96
 #undef HK_WGMMA_RW
 #undef HK_WGMMA_W
 #undef HK_WGMMA_REGS8

@@ -86,7 +86,14 @@ void fused_moe(const MoeParams& p) {
   a.gate_up_bm = gate_up_bm_forced == 64    ? a.block_m
                  : gate_up_bm_forced == 128 ? (wide_ok ? 128 : a.block_m)
                                             : gate_up_block_m(block, a.block_m, rows_per_expert);
-  a.gate_up_tile_n = a.gate_up_bm == 128                ? wide_gate_up_tile_n(block)
+  // Profiling aid (not for serving): HOPPERKIT_MOE_GATEUP_BN=128 keeps per-tensor 128-row gate-up tiles at 128
+  // weight rows where wide_gate_up_tile_n() would pick 192; =192 takes 192 wherever I % 96 == 0 (e.g. I = 1536,
+  // where the heuristic keeps 128).
+  static const int gate_up_bn_forced = env_int("HOPPERKIT_MOE_GATEUP_BN", 0, 0, 256);
+  int wide_n = wide_gate_up_tile_n(block, p.intermediate);
+  if (!block && gate_up_bn_forced == 128) wide_n = 128;
+  if (!block && gate_up_bn_forced == 192 && p.intermediate % 96 == 0) wide_n = 192;
+  a.gate_up_tile_n = a.gate_up_bm == 128 ? wide_n
                      : narrow == 2 && !block ? 128
                                              : gate_up_tile_n(block, a.block_m, p.intermediate, rows_per_expert);
   // Profiling and test aid (not for serving): HOPPERKIT_MOE_DOWN_BM=64 keeps the down GEMM on 64-row tiles where

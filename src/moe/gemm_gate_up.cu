@@ -1,6 +1,6 @@
 // hopperkit fused FP8 MoE, kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation.
 // Variants (tile rows / scaling / weight rows per tile): 16 per-tensor 128, 16 block 256, 64 per-tensor 128 or
-// 256, 64 block 256, 128 per-tensor 128, 128 block 256 (gate_up_block_m in heuristics.h).
+// 256, 64 block 256, 128 per-tensor 128 or 192, 128 block 256 (gate_up_block_m in heuristics.h).
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -14,6 +14,9 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
   // a warp's columns are all in or all past I (the epilogue skips them per warp): 64 columns per warp
   HK_CHECK(kUnsupported, a.intermediate % 64 == 0, "intermediate", "a multiple of 64",
            std::to_string(a.intermediate));
+  // a 192-row tile's task is 96 columns: whole tasks only (its epilogue does not bound columns by I)
+  HK_CHECK(kUnsupported, a.gate_up_tile_n != 192 || a.intermediate % 96 == 0, "intermediate",
+           "a multiple of 96 with 192-row gate-up tiles", std::to_string(a.intermediate));
   switch ((a.gate_up_bm * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false>{}); break;
     case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;
@@ -21,10 +24,11 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, true, false>{}); break;
     case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, true, true>{}); break;
     case (128 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<128, 128, true, false>{}); break;
+    case (128 * 2 + 0) * 1000 + 192: f(MoeGemmVariant<128, 192, true, false>{}); break;
     case (128 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<128, 256, true, true>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "gate-up block_m / block_scaled / tile_n",
-               "16/0/128, 16/1/256, 64/0/128, 64/0/256, 64/1/256, 128/0/128 or 128/1/256",
+               "16/0/128, 16/1/256, 64/0/128, 64/0/256, 64/1/256, 128/0/128, 128/0/192 or 128/1/256",
                std::to_string(a.gate_up_bm) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.gate_up_tile_n));
   }

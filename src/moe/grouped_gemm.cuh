@@ -52,10 +52,10 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 64 || BM == 128, "block_m");
-  static_assert(BN == 128 || BN == 256, "tile_n");
+  static_assert(BN == 128 || BN == 256 || (BN == 192 && BM == 128 && kGateUp && !kBlock), "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
-  static_assert(BM != 128 || !kGateUp || BN == (kBlock ? 256 : 128),
-                "128-row gate-up tiles: 128 weight rows per-tensor, 256 block-wise");
+  static_assert(BM != 128 || !kGateUp || (kBlock ? BN == 256 : BN == 128 || BN == 192),
+                "128-row gate-up tiles: 128 or 192 weight rows per-tensor, 256 block-wise");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 128-row tiles (the wide gate-up): two consumer warpgroups, each a wgmma m64 over
   // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16-row tiles: one
@@ -84,7 +84,8 @@ struct MoeGemmConfig {
   // consumer thread plus two 32-register partials (kParts below): more than the 168 registers 384 threads get.
   // Its warpgroups re-balance them with setmaxnreg: the producer gives up to kProducerRegs, the consumers take
   // kConsumerRegs (128 x 56 + 256 x 224 = 384 x 168, the registers the launch allocates).
-  static constexpr bool kSetMaxNReg = BM == 128 && BN == 256;  // block-wise gate-up; down at 256 weight rows
+  // (and the per-tensor 128 x 192 gate-up at I = 192: 96 accumulators plus two 48-register half-stage partials)
+  static constexpr bool kSetMaxNReg = BM == 128 && (BN == 256 || BN == 192);  // block-wise gate-up; down at 256
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   // ptxas honours setmaxnreg only with a known register count at entry: one CTA per SM in the launch bounds
   // (without it, C7508: ignored); the other kernels keep the bounds they had (0: unspecified)
@@ -561,10 +562,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // down: its rows in order), each summed into a 32-register partial of its own; one group stays in flight
       // while the previous one is added. kParts = 2 (halves) but for the block-wise 128-row gate-up (4: 128
       // gate + 128 up rows per warpgroup, whose registers hold no half-stage partials).
-      constexpr int kParts = C::kWN / 64;
-      constexpr int kPartNT = 8;  // n8 tiles of a part: accumulator tiles p * 8 ...
+      // Parts of 64 weight rows, but 96 for the per-tensor 128 x 192 gate-up (its 96 gate and 96 up rows: one
+      // m64n96 group each)
+      constexpr int kPartRows = C::kWN == 192 ? 96 : 64;
+      constexpr int kParts = C::kWN / kPartRows;
+      constexpr int kPartNT = kPartRows / 8;  // n8 tiles of a part: accumulator tiles p * kPartNT ...
       static_assert(C::kMT == 1 && kParts * kPartNT == C::kNT && kParts % 2 == 0,
-                    "wgmma tiles: one m64 per warpgroup, parts of 64 rows, gate and up alike");
+                    "wgmma tiles: one m64 per warpgroup, parts of 64 or 96 rows, gate and up alike");
+      static_assert(C::kWN != 192 || (kGateUp && !kBlock), "192 weight rows: the per-tensor gate-up only");
       float pa[kPartNT][4], pb[kPartNT][4];  // the parts' partials, in turn (even parts in pa, odd in pb)
       if constexpr (kParts > 2) {  // read (and ignored: scale-d 0) by the in-place first products
 #pragma unroll
@@ -574,8 +579,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
       // gate-up: part p is box p / (kParts / 2) (gate, up) at its warpgroup's rows + 64 (p % (kParts / 2))
       auto part_row = [&](int p) {
-        return kGateUp ? (p / (kParts / 2)) * C::kBoxRows + wn * (C::kWN / 2) + (p % (kParts / 2)) * 64
-                       : wn * C::kWN + p * 64;
+        return kGateUp ? (p / (kParts / 2)) * C::kBoxRows + wn * (C::kWN / 2) + (p % (kParts / 2)) * kPartRows
+                       : wn * C::kWN + p * kPartRows;
       };
       // waits for stage st (part 0 only) and issues part p's wgmma group into d
       auto issue = [&](int st, int p, float (&d)[kPartNT][4]) {
@@ -597,12 +602,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const uint64_t db = gmma_desc_add(db0, kk * 32);
           if (kk == 0) {
             if constexpr (kParts > 2) {  // pa / pb reused in turn within the unrolled stage: keep their registers
-              wgmma_m64k32_e4m3_first_inplace<64, 0>(d, da, db);
+              wgmma_m64k32_e4m3_first_inplace<kPartRows, 0>(d, da, db);
             } else {
-              wgmma_m64k32_e4m3_first<64, 0>(d, da, db);
+              wgmma_m64k32_e4m3_first<kPartRows, 0>(d, da, db);
             }
           } else {
-            wgmma_m64k32_e4m3<64, 0>(d, da, db);
+            wgmma_m64k32_e4m3<kPartRows, 0>(d, da, db);
           }
         }
         wgmma_commit();

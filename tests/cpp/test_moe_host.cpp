@@ -48,8 +48,16 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(down_block_m(64, 128, true, kWideDownBlockMinK), 128);
   EXPECT_EQ(down_block_m(64, 64, false, 2048), 64);
   EXPECT_EQ(down_block_m(16, 16, true, 2048), 16);
-  EXPECT_EQ(wide_gate_up_tile_n(false), 128);
-  EXPECT_EQ(wide_gate_up_tile_n(true), 256);  // block-wise: a whole 128-column activation group per tile
+  EXPECT_EQ(wide_gate_up_tile_n(false, 192), 192);  // TP8 shards: two 96-column blocks instead of three of 64
+  EXPECT_EQ(wide_gate_up_tile_n(false, 1536), 128);  // EP8 shapes: measured mixed
+  EXPECT_EQ(wide_gate_up_tile_n(false, 576), 192);
+  EXPECT_EQ(wide_gate_up_tile_n(false, 96), 128);  // 96 % 192 != 0
+  EXPECT_EQ(wide_gate_up_tile_n(false, 2048), 128);  // 64-column blocks
+  EXPECT_EQ(wide_gate_up_tile_n(false, 320), 128);
+  EXPECT_EQ(wide_gate_up_tile_n(true, 256), 256);  // block-wise: a whole 128-column activation group per tile
+  for (int i = 64; i <= 4096; i += 64) {  // whole column blocks: (tile_n / 2) divides I
+    ASSERT_EQ(i % (wide_gate_up_tile_n(false, i) / 2), 0) << i;
+  }
   EXPECT_EQ(gate_up_block_m(false, 16, 1000), 16);  // (decode tiles never reach it)
   EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);

@@ -214,7 +214,9 @@ GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", [
-    (1024, 512, 192, 48, 8, "skewed", False, False, False),   # 171 rows per expert, I = 192: three 64-column blocks
+    (1024, 512, 192, 48, 8, "skewed", False, False, False),   # 171 rows per expert, I = 192: two 96-column blocks
+    (600, 256, 576, 16, 4, "skewed", False, False, False),    # 128 x 192 tiles over six 96-column blocks
+    (600, 128, 192, 16, 4, "uniform", False, False, False),   # 128 x 192 tiles, K = 128: a single stage
     (600, 192, 128, 16, 4, "skewed", False, False, False),    # K = 192: one stage and a 64-deep tail
     (600, 128, 256, 16, 4, "uniform", False, False, False),   # K = 128: a single stage
     (1024, 256, 256, 16, 8, "sparse", True, True, False),     # half the experts remote, fp8 input
@@ -224,14 +226,14 @@ GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
     (1024, 256, 256, 16, 8, "sparse", True, True, True),      # block-wise, half the experts remote, fp8 input
     (300, 384, 512, 16, 4, "skewed", False, False, True),     # block-wise I >= 512: 128 x 128 down tiles
     (600, 512, 512, 16, 4, "uniform", True, False, True),     # block-wise I >= 512, EP: 128 x 256 down tiles
-], ids=["i192_skewed", "k_tail", "one_stage", "ep_fp8_in", "block_i384_skewed", "block_one_stage",
-        "block_75_rows_long_k", "block_ep_fp8_in", "block_down128_bn128", "block_down128_bn256_ep"])
+], ids=["i192_skewed", "i576_bn192", "i192_one_stage", "k_tail", "one_stage", "ep_fp8_in", "block_i384_skewed",
+        "block_one_stage", "block_75_rows_long_k", "block_ep_fp8_in", "block_down128_bn128", "block_down128_bn256_ep"])
 def test_wide_gate_up_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     # 128-row gate-up tiles: each consumer warpgroup holds 64 of the tile's rows against all the tile's weight
-    # rows (per-tensor 128, block-wise 256 by quarter stages); skewed routing leaves experts with a partial last
-    # tile (the second warpgroup's rows partly or wholly empty). The down GEMM drains the same 128-row tiles
-    # (down_block_m): 128 or 256 weight rows (H % 256, I % 128); block-wise only from I = 512 (below, the
-    # 64-row down tiles after a 128-row gate-up).
+    # rows (per-tensor 128, or 192 where I % 192 == 0 and I % 128 != 0; block-wise 256 by quarter stages); skewed routing leaves
+    # experts with a partial last tile (the second warpgroup's rows partly or wholly empty). The down GEMM drains
+    # the same 128-row tiles (down_block_m): 128 or 256 weight rows (H % 256, I % 128); block-wise only from
+    # I = 512 (below, the 64-row down tiles after a 128-row gate-up).
     from hopperkit.moe import _workspace_views
     _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + block,
                         check_repeat=(kind == "sparse"))

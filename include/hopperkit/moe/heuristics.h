@@ -64,7 +64,16 @@ HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert
 // Weight rows of a 128-row gate-up tile: per-tensor 128 (64 gate + 64 up: each consumer warpgroup's 64 rows
 // against all of them fit 168 registers), block-wise 256 (128 gate + 128 up; its consumers take 224 registers
 // by setmaxnreg).
-HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled) { return block_scaled ? 256 : 128; }
+// Per-tensor where I % 192 == 0 and I % 128 != 0 (I = 192: Hy3 and Qwen3-235B at TP8): 192 (96 gate + 96 up
+// rows: 96 columns per task, two blocks at I = 192 instead of three of 64), so each tile's 128 A rows are staged
+// once per 96 columns instead of once per 64 (consumers 224 registers by setmaxnreg: 96 accumulators and two
+// 48-register partials). Elsewhere 128. Measured on an H200 (session 19, run 1, against 128 x 128, same build
+// and across builds): hy3 / qwen3 TP8 0.936-0.978x from 2048 tokens, 0.985-0.998x at 1024. At I = 1536 (their
+// full intermediate under EP8) it was mixed, so I % 128 == 0 keeps 128: hy3 EP8 2048 0.930x, qwen3 EP8 2048
+// 1.036-1.040x, 1024 1.000x / 0.979x.
+HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled, int intermediate) {
+  return block_scaled ? 256 : (intermediate % 192 == 0 && intermediate % 128 != 0 ? 192 : 128);
+}
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
 // A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
 // H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
