@@ -86,6 +86,7 @@ DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int
   c.mode = mode;
   c.sm_ctas = sm_ctas;
   c.long_pair_ctas = mode == PlanMode::kDynamic ? long_pair_ctas : 0;
+  c.min_tiles_per_cta = kv_dtype == DType::kFP8E4M3 ? kMinTilesPerCtaFp8 : kMinTilesPerCta;
   // Static mode: pairs * splits <= pairs + sm_ctas (see static_num_splits).
   c.max_ctas = mode == PlanMode::kDynamic ? sm_ctas : static_cast<int>(pairs) + sm_ctas;
   // the split merge addresses the partial buffers with 32-bit element offsets (merge_slots)
@@ -137,7 +138,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   int C = 0, S = 1, chunk = 1;
   if (config.mode == PlanMode::kDynamic) {
     const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas);
-    C = dynamic_num_ctas(T, cap);
+    C = dynamic_num_ctas(T, cap, config.min_tiles_per_cta);
     // more CTAs while one of them would walk more than max_chunks_per_cta chunks (as the device planner)
     for (int next = dynamic_next_ctas(C, cap, T); config.max_chunks_per_cta > 0 && next != 0;
          next = dynamic_next_ctas(C, cap, T)) {

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   int C;
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
     const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas);
-    C = dynamic_num_ctas(T, cap);
+    C = dynamic_num_ctas(T, cap, a.min_tiles_per_cta);
     // The chunk rule (kMaxChunksPerCta): double C while a CTA would walk too many chunks. Every candidate count
     // C, 2C, ... up to the cap is tested at once, one thread per pair (dynamic_pair_crowds), and the plan takes
     // the first uncrowded one (or the cap): one barrier instead of a search per CTA per doubling.
@@ -185,6 +185,10 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   // dynamic plan grows its CTA count (kMaxChunksPerCta; 0 = never). Planner and CPU twin read it from the config.
   static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", kMaxChunksPerCta, 0, kMaxChunksLimit);
   c.max_chunks_per_cta = max_chunks;
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_MIN_TILES=n sets the dynamic plan's minimum tiles per CTA
+  // for either KV dtype (kMinTilesPerCta, kMinTilesPerCtaFp8). Planner and CPU twin read it from the config.
+  static const int min_tiles = env_int("HOPPERKIT_DECODE_MIN_TILES", 0, 1, kMaxMinTilesPerCta);
+  if (min_tiles > 0) c.min_tiles_per_cta = min_tiles;
   return c;
 }
 
@@ -196,6 +200,8 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
   HK_CHECK(kValue, c.max_chunks_per_cta >= 0 && c.max_chunks_per_cta <= kMaxChunksLimit, "config",
            "max_chunks_per_cta 0.." + std::to_string(kMaxChunksLimit), c.max_chunks_per_cta);
+  HK_CHECK(kValue, c.min_tiles_per_cta >= 1 && c.min_tiles_per_cta <= kMaxMinTilesPerCta, "config",
+           "min_tiles_per_cta 1.." + std::to_string(kMaxMinTilesPerCta), c.min_tiles_per_cta);
   HK_CHECK(kValue, pp.batch >= 0 && pp.batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch),
            pp.batch);
   HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,
@@ -221,6 +227,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   a.max_ctas = c.max_ctas;
   a.long_pair_ctas = c.long_pair_ctas;
   a.max_chunks_per_cta = c.max_chunks_per_cta;
+  a.min_tiles_per_cta = c.min_tiles_per_cta;
   a.static_splits = 1;
   a.static_chunk_tiles = 1;
   if (c.mode == PlanMode::kStatic) static_plan_shape(c, pp.batch, pp.max_seq_len, &a.static_splits, &a.static_chunk_tiles);

@@ -38,7 +38,12 @@ TEST(Heuristics, DynamicCtasRespectMinimumWorkAndCap) {
     ASSERT_GE(C, 1);
     ASSERT_LE(C, 132);
     if (T >= kMinTilesPerCta) ASSERT_GE(T / C, kMinTilesPerCta) << "T=" << T;
+    const int C8 = dynamic_num_ctas(T, 264, kMinTilesPerCtaFp8);  // FP8 KV: fewer tiles per CTA
+    ASSERT_GE(C8, C);
+    if (T >= kMinTilesPerCtaFp8) ASSERT_GE(T / C8, kMinTilesPerCtaFp8) << "T=" << T;
   }
+  EXPECT_EQ(dynamic_num_ctas(512, 264, kMinTilesPerCtaFp8), 256);  // uniform_512: 2 tiles per CTA (BF16: 128)
+  EXPECT_EQ(dynamic_num_ctas(512, 264), 128);
 }
 
 TEST(Heuristics, LongPairsCapTheCtas) {

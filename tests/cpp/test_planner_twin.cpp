@@ -102,10 +102,11 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
   if (p.cfg.mode == PlanMode::kDynamic && C > 0) {
     ASSERT_LE(max_budget - min_budget, 1) << "budgets equal within one tile";
     const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas);
-    const int c0 = dynamic_num_ctas(T, cap);
+    const int min_tiles = p.cfg.min_tiles_per_cta;
+    const int c0 = dynamic_num_ctas(T, cap, min_tiles);
     const int limit = p.cfg.max_chunks_per_cta;
     if (C == c0) {
-      if (T >= kMinTilesPerCta) ASSERT_GE(min_budget, kMinTilesPerCta) << "minimum work per CTA";
+      if (T >= min_tiles) ASSERT_GE(min_budget, min_tiles) << "minimum work per CTA";
     } else {
       // more CTAs than the minimum work allows only because the smaller count crowded a CTA with chunks: C is
       // a doubling of c0 (capped), and the count before it left some CTA walking more than `limit` chunks
@@ -191,9 +192,11 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     const PlanMode mode = (iter % 3 == 0) ? PlanMode::kStatic : PlanMode::kDynamic;
     const int sm_ctas = 1 + rng() % 264;
     const int long_ctas = iter % 2 ? static_cast<int>(rng() % (sm_ctas + 1)) : 0;
+    const DType kv = iter % 5 == 2 ? DType::kFP8E4M3 : DType::kBF16;  // FP8: kMinTilesPerCtaFp8
     DecodePlanConfig cfg =
-        make_decode_plan_config_for(batch + rng() % 8, H * group, H, DType::kBF16, 1, mode, sm_ctas, long_ctas);
+        make_decode_plan_config_for(batch + rng() % 8, H * group, H, kv, 1, mode, sm_ctas, long_ctas);
     if (iter % 4 == 1) cfg.max_chunks_per_cta = static_cast<int>(rng() % 4);  // the profiling switch's values
+    if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);

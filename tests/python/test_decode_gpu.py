@@ -108,7 +108,9 @@ def test_plan_matches_cpu_twin():
         max_blocks = (max(max(lens), 1) + bs - 1) // bs
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
         for mode in ("dynamic", "static"):
-            plan = hopperkit.DecodePlan(B, 8 * H, H, mode=mode)
+            # every third batch with FP8 KV: its own minimum tiles per CTA (kMinTilesPerCtaFp8)
+            kv = torch.float8_e4m3fn if it % 3 == 1 else torch.bfloat16
+            plan = hopperkit.DecodePlan(B, 8 * H, H, mode=mode, kv_dtype=kv)
             plan.update(seq, block_size=bs, max_blocks_per_seq=max_blocks, max_seq_len=max(max(lens), 0))
             dev = {k: v.cpu() for k, v in plan.arrays().items()}
             twin = plan.cpu_twin(lens, block_size=bs, max_blocks_per_seq=max_blocks, max_seq_len=max(max(lens), 0))

@@ -22,6 +22,14 @@ constexpr int kMaxRows = kMaxQLen * kMaxGroup;  // query rows of one (request, K
 // partial result than on reading KV, so short batches use fewer CTAs instead of splitting further (unless
 // that would leave a CTA walking more than kMaxChunksPerCta chunks, see dynamic_next_ctas).
 constexpr int kMinTilesPerCta = 4;
+// FP8 KV: an FP8 tile is half the bytes at about a BF16 tile's latency (a lone CTA streams one per ~0.7 us), so
+// the dynamic plan spreads short batches over more CTAs. Session 17's decode.json: the static plan (2 tiles per
+// CTA at uniform_512) beat the dynamic one (4) on FP8, 10.97 vs 11.28 us, and lost on BF16, 12.25 vs 11.97.
+// Measured on an H200 (session 19, run 2, FP8 KV, against 4): uniform_512 10.67 vs 11.27 us (0.947x), the other
+// FP8 scenarios 0.997-1.005x; on the same build 1 tile gave 13.48 us and 3 gave 14.64 us at uniform_512.
+constexpr int kMinTilesPerCtaFp8 = 2;
+// The largest minimum a plan config accepts (the profiling switch below it, HOPPERKIT_DECODE_MIN_TILES).
+constexpr int kMaxMinTilesPerCta = 64;
 // Static split-KV baseline: at most this many splits per pair.
 constexpr int kMaxStaticSplits = 64;
 
@@ -40,13 +48,17 @@ HK_HD int rows_bucket(int rows) {
   return rows <= 16 ? 16 : rows <= 32 ? 32 : rows <= 64 ? 64 : rows <= 128 ? 128 : -1;
 }
 
-// Dynamic mode: the number of CTAs that share `total_tiles` tiles. Every CTA gets at least kMinTilesPerCta
-// tiles (one CTA takes everything when there are fewer), and no more CTAs than fit on the GPU at once.
-HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas) {
+// Dynamic mode: the number of CTAs that share `total_tiles` tiles. Every CTA gets at least `min_tiles` tiles
+// (kMinTilesPerCta, kMinTilesPerCtaFp8: DecodePlanConfig::min_tiles_per_cta; one CTA takes everything when there
+// are fewer), and no more CTAs than fit on the GPU at once.
+HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kMinTilesPerCta) {
   if (total_tiles <= 0 || max_ctas <= 0) return 0;
-  int64_t by_work = total_tiles / kMinTilesPerCta;
-  if (by_work < 1) by_work = 1;
-  return static_cast<int>(by_work < max_ctas ? by_work : max_ctas);
+  const int m = min_tiles > 0 ? min_tiles : 1;
+  // the cap first, so that the division is a 32-bit one (a 64-bit division by a run-time value is a called
+  // routine in the planner's SASS: session 19 measured the plan 0.13 us slower with it)
+  if (total_tiles >= static_cast<int64_t>(max_ctas) * m) return max_ctas;
+  const int by_work = static_cast<int>(total_tiles) / m;
+  return by_work < 1 ? 1 : by_work;
 }
 
 // Dynamic mode, BF16 KV: when the pairs average at least this many tiles, the plan spreads them over one CTA
