@@ -70,7 +70,11 @@ void fused_moe(const MoeParams& p) {
   a.num_local_experts = p.num_local_experts;
   a.num_global_experts = p.num_global_experts;
   a.top_k = p.top_k;
-  a.block_m = block_m(p.num_tokens, p.top_k, p.num_global_experts);
+  // Profiling aid (not for serving): HOPPERKIT_MOE_BLOCK_M=16 or =64 sets the routing index's tile height (the
+  // 16-row decode tiles or the 64-row ones; the workspace holds the 16-row count); unset, block_m() picks.
+  static const int block_m_forced = env_int("HOPPERKIT_MOE_BLOCK_M", 0, 0, 64);
+  a.block_m = block_m_forced == 16 || block_m_forced == 64 ? block_m_forced
+                                                           : block_m(p.num_tokens, p.top_k, p.num_global_experts);
   a.block_scaled = block ? 1 : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
   // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled
