@@ -68,7 +68,7 @@ struct MoeGemmConfig {
   // m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460 instructions per
   // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator acc[0][2 b + j][i]: weight
   // row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
-  // 32-row tiles (session 19; 16 < rows per expert <= 40, see block_m()): the same with m64n32k32, four n8 tiles
+  // 32-row tiles (session 19; 16-24 rows per expert on average, see block_m()): the same with m64n32k32, four n8 tiles
   // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general).
   static constexpr bool kSwapAB = BM <= 32;
   static constexpr int kSwapBlocks = BN / 64;

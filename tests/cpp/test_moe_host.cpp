@@ -18,12 +18,14 @@ using namespace hopperkit::moe;
 
 TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(4, 8, 192), 16);      // decode: a fraction of a row per expert
-  EXPECT_EQ(block_m(160, 8, 128), 16);    // 10 rows per expert
-  EXPECT_EQ(block_m(161, 8, 128), 32);    // just above 10 rows per expert
-  EXPECT_EQ(block_m(256, 8, 128), 32);    // 16 rows per expert (Qwen3-235B TP8, 256 tokens)
+  EXPECT_EQ(block_m(256, 8, 192), 16);    // 11 rows per expert (Hy3 TP8, 256 tokens)
+  EXPECT_EQ(block_m(240, 8, 128), 16);    // 15
+  EXPECT_EQ(block_m(241, 8, 128), 32);    // just above 15 rows per expert
+  EXPECT_EQ(block_m(256, 8, 128), 32);    // 16 (Qwen3-235B TP8, 256 tokens)
   EXPECT_EQ(block_m(512, 8, 192), 32);    // 22 (Hy3 TP8, 512 tokens)
-  EXPECT_EQ(block_m(640, 8, 128), 32);    // 40
-  EXPECT_EQ(block_m(641, 8, 128), 64);    // just above 40 rows per expert
+  EXPECT_EQ(block_m(384, 8, 128), 32);    // 24
+  EXPECT_EQ(block_m(385, 8, 128), 64);    // just above 24 rows per expert
+  EXPECT_EQ(block_m(512, 8, 128), 64);    // 32 (Qwen3-235B TP8, 512 tokens)
   EXPECT_EQ(block_m(1024, 8, 128), 64);
   EXPECT_EQ(block_m(16384, 8, 256), 64);
   for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows

@@ -25,14 +25,16 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 
 // GEMM tile height (rows of one expert per tile), one of kBlockMs: decode (a few rows per expert) uses short
 // tiles so that the weights, not padding rows, dominate; 64-row tiles (8 warps, 2 x 4) do 4x the MMA work per
-// weight byte. Between them, 32-row tiles (the 16-row tiles' swapped wgmma at N = 32): session 19 (run 4, same
-// build, 64-2048 tokens) measured both heights 1.3-2.1x the weight-read floor from ~11 to ~43 rows per expert:
-// 16-row tiles split every expert past 16 rows into two tiles that each stream its weights (qwen3 TP8 256
-// tokens, 16 rows per expert: 127 us against a 71 us floor), 64-row tiles run one CTA per SM over mostly
-// padding rows (hy3 TP8 512 tokens, 22 rows per expert: 207 us against 107).
+// weight byte. Between them, 32-row tiles (the 16-row tiles' swapped wgmma at N = 32). Measured on an H200
+// (session 19, runs 4 and 5: each height forced on one build, all models and modes at 64-2048 tokens):
+//  * 16 rows per expert (deepseek 512 tokens, qwen3 TP8 256): 32-row tiles 0.85-0.88x the 16-row ones' time
+//    (16-row tiles split each expert past 16 rows into two tiles that each stream its weights), qwen3 EP8 256
+//    0.98-1.04x; 22 rows (hy3 512): 0.84-0.88x the 64-row tiles' (one CTA per SM over mostly padding rows);
+//  * 11 rows (hy3 256): the 16-row tiles 7-9% faster; 32 rows (512-1024 tokens): the 64-row tiles 10-19%
+//    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (kept at 64: the majority).
 constexpr int kBlockMs[] = {16, 32, 64};
-constexpr int64_t kMaxRowsBlockM16 = 10;  // mean rows per expert up to which the tiles have 16 rows
-constexpr int64_t kMaxRowsBlockM32 = 40;  // ... 32 rows; above, 64
+constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows
+constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64
 HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
   return r <= kMaxRowsBlockM16 ? 16 : r <= kMaxRowsBlockM32 ? 32 : 64;
