@@ -14,8 +14,9 @@
 //    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
 //  * consumers wait on the stage's full barrier, run wgmma on it straight from shared memory (fp32
 //    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 16-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 rows per
-//    m64n16k32), one stage's group in flight while the previous stage's sum is added (wait_group 1).
+//  * 16- and 32-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 or
+//    32 rows per m64n16k32 / m64n32k32), one stage's group in flight while the previous stage's sum is added
+//    (wait_group 1).
 //  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
 //    while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles (where the
 //    columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the same by
@@ -51,14 +52,14 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmConfig {
-  static_assert(BM == 16 || BM == 64 || BM == 128, "block_m");
+  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "block_m");
   static_assert(BN == 128 || BN == 256 || (BN == 192 && BM == 128 && kGateUp && !kBlock), "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
   static_assert(BM != 128 || !kGateUp || (kBlock ? BN == 256 : BN == 128 || BN == 192),
                 "128-row gate-up tiles: 128 or 192 weight rows per-tensor, 256 block-wise");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 128-row tiles (the wide gate-up): two consumer warpgroups, each a wgmma m64 over
-  // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16-row tiles: one
+  // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16- and 32-row tiles: one
   // warpgroup, operands swapped (kSwapAB below).
   static constexpr bool kWgmma = BM >= 64;
   // 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the tile's 16
@@ -67,10 +68,13 @@ struct MoeGemmConfig {
   // m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460 instructions per
   // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator acc[0][2 b + j][i]: weight
   // row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
-  static constexpr bool kSwapAB = BM == 16;
+  // 32-row tiles (session 19; 16-24 rows per expert on average, see block_m()): the same with m64n32k32, four n8 tiles
+  // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general).
+  static constexpr bool kSwapAB = BM <= 32;
   static constexpr int kSwapBlocks = BN / 64;
-  static constexpr int kWarpsM = BM == 16 ? 1 : BM / 16;
-  static constexpr int kWarpsN = BM == 16 ? 4 : 128 / BM;
+  static constexpr int kSwapRowTiles = BM / 8;
+  static constexpr int kWarpsM = kSwapAB ? 1 : BM / 16;
+  static constexpr int kWarpsN = kSwapAB ? 4 : 128 / BM;
   static constexpr int kConsumerWarps = kWarpsM * kWarpsN;
   static constexpr int kConsumerThreads = 32 * kConsumerWarps;
   // The producer: one warp, or for 128-row tiles a warpgroup, whose 128 threads gather the tile's A rows (8
@@ -95,9 +99,8 @@ struct MoeGemmConfig {
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kWM = BM / kWarpsM;  // rows per warp
   static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
-  static constexpr int kMT = kWM / 16;
-  static constexpr int kNT = kWN / 8;
-  static_assert(!kSwapAB || kNT == 2 * kSwapBlocks, "16-row tiles: two n8 tiles per m64 block");
+  static constexpr int kMT = kSwapAB ? 1 : kWM / 16;
+  static constexpr int kNT = kSwapAB ? kSwapRowTiles * kSwapBlocks : kWN / 8;
   static_assert(!kGateUp || kNT % 4 == 0, "gate-up: a thread's gate and up halves are whole n8 pairs");
   static constexpr int kBK = kTileK;                    // 128 bytes of K per stage = one TMA box row
   static constexpr int kABytes = BM * kBK;
@@ -113,11 +116,11 @@ struct MoeGemmConfig {
   // those land; per-tensor down copies nothing that way.
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
-  // 16-row tiles with 128 weight rows run 2 CTAs per SM; the others one, with a deeper ring (the 256-row down
-  // tile leaves room for its output staging, 34 KB).
+  // 16- and 32-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB); the others one,
+  // with a deeper ring (the 256-row down tile leaves room for its output staging, 34 KB).
   // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
   // at 128)
-  static constexpr int kBudget = (BM == 16 && BN == 128)                   ? 108 * 1024
+  static constexpr int kBudget = (kSwapAB && BN == 128)                    ? 108 * 1024
                                  : (!kGateUp && BM == 64 && BN == 256)  ? 170 * 1024
                                  : (!kGateUp && BM == 128 && BN == 256) ? 150 * 1024
                                  : (!kGateUp && BM == 128)              ? 180 * 1024
@@ -141,7 +144,7 @@ struct MoeGemmConfig {
       (kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8 + 15) / 16 * 16;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
-  static_assert(BM != 16 || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
+  static_assert(!kSwapAB || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows with the 128-byte swizzle
@@ -182,27 +185,30 @@ __device__ __forceinline__ T& select_ref(T& a, T& b) {
   }
 }
 
-// The swapped 16-row wgmmas of one 32-byte K step: m64 block b (weight rows 64 b .., w's address + b * 8 KB) into
-// d[2 b], d[2 b + 1] (the tile's rows 0-7 and 8-15); `first`: the stage's first step (d written, not read).
-template <int kBlocks, int NT>
+// The swapped wgmmas of one 32-byte K step (16- or 32-row tiles: R tile rows, m64nRk32): m64 block b (weight
+// rows 64 b .., w's address + b * 8 KB) into d[(R / 8) b .. (R / 8) b + R / 8 - 1] (the tile's rows 8 j ..);
+// `first`: the stage's first step (d written, not read).
+template <int kBlocks, int R, int NT>
 __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w, uint64_t dx, bool first) {
-  static_assert(NT == 2 * kBlocks, "two n8 tiles per m64 block");
+  static_assert(R == 16 || R == 32, "swapped tiles: 16 or 32 rows");
+  static_assert(NT == (R / 8) * kBlocks, "R / 8 n8 tiles per m64 block");
+  constexpr int J = R / 8;
 #pragma unroll
   for (int b = 0; b < kBlocks; ++b) {
     const uint64_t dw = gmma_desc_add(w, b * 64 * 128);
     if (first) {
-      if (b == 0) wgmma_m64k32_e4m3_first<16, 0>(d, dw, dx);
-      if (b == 1) wgmma_m64k32_e4m3_first<16, 2>(d, dw, dx);
+      if (b == 0) wgmma_m64k32_e4m3_first<R, 0 * J>(d, dw, dx);
+      if (b == 1) wgmma_m64k32_e4m3_first<R, 1 * J>(d, dw, dx);
       if constexpr (kBlocks > 2) {
-        if (b == 2) wgmma_m64k32_e4m3_first<16, 4>(d, dw, dx);
-        if (b == 3) wgmma_m64k32_e4m3_first<16, 6>(d, dw, dx);
+        if (b == 2) wgmma_m64k32_e4m3_first<R, 2 * J>(d, dw, dx);
+        if (b == 3) wgmma_m64k32_e4m3_first<R, 3 * J>(d, dw, dx);
       }
     } else {
-      if (b == 0) wgmma_m64k32_e4m3<16, 0>(d, dw, dx);
-      if (b == 1) wgmma_m64k32_e4m3<16, 2>(d, dw, dx);
+      if (b == 0) wgmma_m64k32_e4m3<R, 0 * J>(d, dw, dx);
+      if (b == 1) wgmma_m64k32_e4m3<R, 1 * J>(d, dw, dx);
       if constexpr (kBlocks > 2) {
-        if (b == 2) wgmma_m64k32_e4m3<16, 4>(d, dw, dx);
-        if (b == 3) wgmma_m64k32_e4m3<16, 6>(d, dw, dx);
+        if (b == 2) wgmma_m64k32_e4m3<R, 2 * J>(d, dw, dx);
+        if (b == 3) wgmma_m64k32_e4m3<R, 3 * J>(d, dw, dx);
       }
     }
   }
@@ -257,15 +263,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // and the A box (TMA); the A rows follow after the wait (the main loop below skips the first pre_steps
   // stages' weights). Not for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the
   // 256-row down kernel would spill 4 bytes).
-  constexpr bool kEarlyWeights = !kGateUp && BM == 16;
+  constexpr bool kEarlyWeights = !kGateUp && C::kSwapAB;
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
     __syncthreads();  // barriers initialised
     if (producer && lane == 0) {
       const int nt0 = __ldcg(a.counters);
       const int tasks0 = nt0 * n_blocks;
-      const int S0 = BM == 16 && a.allow_split ? split_k_slices(tasks0, gridDim.x, nk, a.allow_split) : 1;
-      const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
+      const int S0 = C::kSwapAB && a.allow_split ? split_k_slices(tasks0, gridDim.x, nk, a.allow_split) : 1;
+      const uint64_t policy = C::kSwapAB ? policy_evict_first() : policy_evict_normal();
       for (int item = blockIdx.x; item < tasks0 * S0 && pre_steps < C::kStages; item += gridDim.x) {
         const int task = item / S0, slice = item % S0;
         const int e = __ldcg(&a.tiles[task % nt0].x);
@@ -287,7 +293,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int num_tiles = a.counters[BM == 128 ? 2 : 0];
   const int tasks = num_tiles * n_blocks;
   // decode tiles split K when there are fewer tasks than CTAs (see split_k_slices); work item = (task, slice)
-  const int S = BM == 16 && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
+  const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
   const int items = tasks * S;
   __syncthreads();  // barriers initialised, s_amax cleared
 
@@ -315,7 +321,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       if (pl >= 32) return;
     }
     // decode tiles read each weight block once; 64-row tiles of one expert share it through L2
-    const uint64_t policy = BM == 16 ? policy_evict_first() : policy_evict_normal();
+    const uint64_t policy = C::kSwapAB ? policy_evict_first() : policy_evict_normal();
     const uint64_t policy_a = policy_evict_normal();  // every weight block of the output re-reads a tile's rows
     // An item's first copies need its tile and (gate-up) its rows' token ids, two dependent global loads: both
     // are loaded an item ahead (the tile two), so that short items (the down GEMM's K of 192 is 2 stages) do
@@ -482,7 +488,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
-    int srow_id[4];  // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
+    // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
+    int srow_id[2 * C::kSwapRowTiles];
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
@@ -498,7 +505,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       } else if constexpr (!kGateUp && C::kSwapAB) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < 2 * C::kSwapRowTiles; ++q) {
           const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
           srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
         }
@@ -511,14 +518,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       if constexpr (kHalfPipe) {
         // unused: 256-row tiles issue their stages by halves (below)
       } else if constexpr (C::kSwapAB) {
-        // d[0][2 b + j]: m64 block b (weight rows 64 b ..; gate-up: b = 0 gate, 1 up), tile rows 8 j ..
+        // d[0][kSwapRowTiles b + j]: m64 block b (weight rows 64 b ..; gate-up: the first half of the blocks
+        // gate, the second up), tile rows 8 j ..
         if constexpr (!C::kTmaA) fence_proxy_async_shared();  // the tile rows arrived by cp.async
         wgmma_fence();
         const uint64_t dx0 = gmma_desc_sw128(sa), dw0 = gmma_desc_sw128(sb);
 #pragma unroll
         for (int kk = 0; kk < C::kBK / 32; ++kk) {
           // gate-up: the gate box (BN / 2 rows) is followed by the up box, so block b's rows start at 64 b
-          swap_wgmma_blocks<C::kSwapBlocks>(d[0], gmma_desc_add(dw0, kk * 32), gmma_desc_add(dx0, kk * 32), kk == 0);
+          swap_wgmma_blocks<C::kSwapBlocks, BM>(d[0], gmma_desc_add(dw0, kk * 32), gmma_desc_add(dx0, kk * 32),
+                                                kk == 0);
         }
         wgmma_commit();
       } else if constexpr (C::kWgmma) {
@@ -676,9 +685,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       auto retire = [&](float (&d)[C::kMT][C::kNT][4], int st) {
         if constexpr (kBlock && C::kSwapAB) {  // tile row (column of D) scale x the block's weight scale
           const float* sc = s_scale + (st % C::kStages) * C::kScaleFloats;
-          float sx[4];
+          float sx[2 * C::kSwapRowTiles];
 #pragma unroll
-          for (int q = 0; q < 4; ++q) sx[q] = sc[8 * (q >> 1) + 2 * t4 + (q & 1)];
+          for (int q = 0; q < 2 * C::kSwapRowTiles; ++q) sx[q] = sc[8 * (q >> 1) + 2 * t4 + (q & 1)];
 #pragma unroll
           for (int nt = 0; nt < C::kNT; ++nt) {
             // gate-up: blocks [0, kSwapBlocks / 2) are gate rows (scale BM), the rest up rows (BM + 1); down:
@@ -687,7 +696,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               wgmma_fence_operand(d[0][nt][i]);
-              acc[0][nt][i] += d[0][nt][i] * (sx[2 * (nt & 1) + (i & 1)] * sw);
+              acc[0][nt][i] += d[0][nt][i] * (sx[2 * (nt % C::kSwapRowTiles) + (i & 1)] * sw);
             }
           }
         } else if constexpr (kBlock) {  // scaled by (activation row scale x weight block scale) of the stage's K block
@@ -779,10 +788,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         for (int nt = 0; nt < kHalf; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            // tile row of the element (swapped: 8 j + 2 t4 + (i & 1), nt = 2 b + j). A padding row's zero would
+            // tile row of the element (swapped: 8 j + 2 t4 + (i & 1), nt = J b + j, J = kSwapRowTiles). A padding
+            // row's zero would
             // send silu's IEEE division down its slow path (a subroutine call per element): feed it 1 and store
             // 0, which is what a zero row gives (silu(0) * up = 0); the stores skip those rows anyway.
-            const int r = C::kSwapAB ? 8 * (nt & 1) + 2 * t4 + (i & 1) : wm * C::kWM + mt * 16 + g + 8 * (i >> 1);
+            const int r = C::kSwapAB ? 8 * (nt % C::kSwapRowTiles) + 2 * t4 + (i & 1)
+                                     : wm * C::kWM + mt * 16 + g + 8 * (i >> 1);
             const bool valid = r < rows;
             const float gate = valid ? acc[mt][nt][i] * out_scale : 1.f;
             h[mt][nt][i] = valid ? silu(gate) * (acc[mt][nt + kHalf][i] * out_scale) : 0.f;
@@ -820,16 +831,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         if (tid < BM) s_amax[tid] = 0u;
       }
       if constexpr (C::kSwapAB) {
-        // h[0][nt][i], nt = 2 b + j: intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
-        // 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
-        float sx[4] = {a2, a2, a2, a2};  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
-        if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
-          float m[4];
+        // h[0][nt][i], nt = J b + j (J = kSwapRowTiles): intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1)
+        // of tile row 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
+        constexpr int J = C::kSwapRowTiles;
+        float sx[2 * J];  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < 2 * J; ++q) sx[q] = a2;
+        if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
+          float m[2 * J];
+#pragma unroll
+          for (int q = 0; q < 2 * J; ++q) {
             m[q] = 0.f;
 #pragma unroll
-            for (int nt = q >> 1; nt < kHalf; nt += 2)
+            for (int nt = q >> 1; nt < kHalf; nt += J)
 #pragma unroll
               for (int hi = 0; hi < 2; ++hi) m[q] = fmaxf(m[q], fabsf(h[0][nt][2 * hi + (q & 1)]));
 #pragma unroll
@@ -838,11 +852,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           consumer_sync();  // the previous item's reset of s_amax is done
           if (g == 0) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) atomicMax(&s_amax[8 * (q >> 1) + 2 * t4 + (q & 1)], __float_as_uint(m[q]));
+            for (int q = 0; q < 2 * J; ++q) {
+              atomicMax(&s_amax[8 * (q >> 1) + 2 * t4 + (q & 1)], __float_as_uint(m[q]));
+            }
           }
           consumer_sync();
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
+          for (int q = 0; q < 2 * J; ++q) {
             const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
             sx[q] = fmaxf(__uint_as_float(s_amax[r]), kActMinAmax) / kActFp8Max;
             if (warp == 0 && g == 0 && r < rows) {
@@ -856,9 +872,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         for (int nt = 0; nt < kHalf; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int j = nt & 1, r = 8 * j + 2 * t4 + (i & 1);
+            const int j = nt % J, r = 8 * j + 2 * t4 + (i & 1);
             if (r < rows) {
-              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 64 * (nt >> 1) + 16 * warp + g + 8 * (i >> 1)] =
+              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 64 * (nt / J) + 16 * warp + g + 8 * (i >> 1)] =
                   __nv_cvt_float_to_fp8(h[0][nt][i] / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
             }
           }
@@ -906,9 +922,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     } else if constexpr (C::kSwapAB) {
-      // acc[0][2 b + j][i]: output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row 8 j + 2 t4 + (i & 1)
+      // acc[0][J b + j][i] (J = kSwapRowTiles): output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
+      // 8 j + 2 t4 + (i & 1)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < C::kSwapRowTiles; ++j)
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const int rid = srow_id[2 * j + q];
@@ -920,7 +937,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             for (int hi = 0; hi < 2; ++hi) {
               const int n = n0 + 64 * b + 16 * warp + g + 8 * hi;
               if (n < H) {
-                dst_row[n] = static_cast<uint16_t>(pack_bf16x2(acc[0][2 * b + j][2 * hi + q] * out_scale, 0.f));
+                dst_row[n] = static_cast<uint16_t>(
+                    pack_bf16x2(acc[0][C::kSwapRowTiles * b + j][2 * hi + q] * out_scale, 0.f));
               }
             }
         }

@@ -18,10 +18,21 @@ using namespace hopperkit::moe;
 
 TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(4, 8, 192), 16);      // decode: a fraction of a row per expert
-  EXPECT_EQ(block_m(256, 8, 128), 16);    // 16 rows per expert
-  EXPECT_EQ(block_m(257, 8, 128), 64);    // just above 16 rows per expert
+  EXPECT_EQ(block_m(256, 8, 192), 16);    // 11 rows per expert (Hy3 TP8, 256 tokens)
+  EXPECT_EQ(block_m(240, 8, 128), 16);    // 15
+  EXPECT_EQ(block_m(241, 8, 128), 32);    // just above 15 rows per expert
+  EXPECT_EQ(block_m(256, 8, 128), 32);    // 16 (Qwen3-235B TP8, 256 tokens)
+  EXPECT_EQ(block_m(512, 8, 192), 32);    // 22 (Hy3 TP8, 512 tokens)
+  EXPECT_EQ(block_m(384, 8, 128), 32);    // 24
+  EXPECT_EQ(block_m(385, 8, 128), 64);    // just above 24 rows per expert
+  EXPECT_EQ(block_m(512, 8, 128), 64);    // 32 (Qwen3-235B TP8, 512 tokens)
   EXPECT_EQ(block_m(1024, 8, 128), 64);
   EXPECT_EQ(block_m(16384, 8, 256), 64);
+  for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows
+    const int bm = block_m(t, 8, 128);
+    EXPECT_TRUE(bm == 16 || bm == 32 || bm == 64) << t;
+    EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128), bm) << t;
+  }
   EXPECT_EQ(gate_up_tile_n(false, 16, 2048, 8), 128);   // decode tiles: 128 weight rows (2 CTAs per SM)
   EXPECT_EQ(gate_up_tile_n(false, 64, 2048, 17), 256);  // 64-row tiles: 128 intermediate columns per tile
   EXPECT_EQ(gate_up_tile_n(false, 64, 192, 64), 256);   // TP8 shards (I = 192): the last block's second half unused

@@ -272,9 +272,42 @@ def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
 
 
+# 32-row tiles (block_m() from MOE_MAX_ROWS_BLOCK_M16 + 1 to MOE_MAX_ROWS_BLOCK_M32 rows per expert): the 16-row
+# tiles' swapped wgmma at N = 32 (four n8 tiles of rows per 64 weight rows), both GEMMs, both scalings
+THIRTY_TWO_ROW_CASES = [
+    # T, H, I, E_global, K, kind, ep, fp8_input, block
+    (250, 512, 192, 64, 6, "skewed", False, False, False),  # 24 rows per expert, I = 192: down K tail of 64
+    (64, 256, 256, 16, 4, "uniform", False, False, False),  # 16 rows per expert: the first 32-row mean
+    (96, 256, 256, 16, 4, "uniform", False, False, True),   # 24: the last; block-wise (gate-up 32 x 256)
+    (180, 512, 256, 64, 8, "skewed", False, False, True),   # block-wise, partial tiles, split-K over K = 512
+    (160, 384, 256, 32, 4, "uniform", True, True, False),   # EP (half the experts remote), fp8 input
+    (160, 384, 256, 32, 4, "sparse", True, True, True),     # ... block-wise, few experts with many rows
+    (80, 320, 128, 16, 4, "uniform", False, False, False),  # H = 320: the down's last 128 columns half outside
+]
+
+
+@pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", THIRTY_TWO_ROW_CASES,
+                         ids=["i192_skewed", "first_mean", "last_mean_block", "block_skewed", "ep_fp8_in",
+                              "ep_sparse_block", "h320"])
+def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
+    from hopperkit.moe import _workspace_views
+    if GATE_UP_BM:
+        pytest.skip("HOPPERKIT_MOE_GATEUP_BM forced: 32-row heights take the 64-row index")
+    _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + E + block,
+                        check_repeat=True)
+    assert index_block_m(T * K, E) == 32, "the case is meant for 32-row tiles"
+    E_local = E // 2 if ep else E
+    v = _workspace_views(ws, T, K, H, I, E_local)
+    n = int(v["num_tiles"])
+    rows = v["tiles"][:n, 2]
+    assert n > 0 and int(rows.max()) <= 32, "tile heights"
+    if kind != "uniform" or T * K // E > 16:
+        assert int(rows.max()) > 16, "no tile above 16 rows: the 32-row kernels did not run"
+
+
 # ------------------------------------------------------------------------------------------ model shapes
 @pytest.mark.parametrize("T", [1, 4, 64, 257, 512])
-def test_hy3_tp8_per_tensor(T):  # 512 tokens: 64-row tiles, 128 weight rows (I = 192, 21 rows per expert)
+def test_hy3_tp8_per_tensor(T):  # 512 tokens: 32-row tiles (I = 192, 22 rows per expert)
     run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
 
 
@@ -308,6 +341,14 @@ def test_max_tokens():
 # than one chunk, "one" the one-CTA build; unset, index_chunked() in heuristics.h picks (test_index_chunks_forced
 # runs the index tests again in a subprocess with "chunks").
 INDEX_MODE = os.environ.get("HOPPERKIT_MOE_INDEX", "")
+
+
+def index_block_m(rows, E_global):
+    """The routing index's tile height for `rows` entries over E_global experts (block_m() in heuristics.h; with
+    HOPPERKIT_MOE_GATEUP_BM forced, 32-row heights take the 64-row index, see fused_moe.cpp)."""
+    mean = -(-rows // E_global)
+    bm = 16 if mean <= _core._C.MOE_MAX_ROWS_BLOCK_M16 else 32 if mean <= _core._C.MOE_MAX_ROWS_BLOCK_M32 else 64
+    return 64 if bm == 32 and GATE_UP_BM in ("64", "128") else bm
 
 
 def check_index_path(v, rows, E_local, E_global, counts, dropped):
@@ -395,7 +436,7 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
     assert int(v["dropped"]) == int((local < 0).sum())
     check_index_path(v, T * K, E, E_global, counts, int((local < 0).sum()))
-    bm = 16 if T * K / E_global <= 16 else 64
+    bm = index_block_m(T * K, E_global)
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
     assert int(v["num_tiles"]) == n_tiles, f"num_tiles {int(v['num_tiles'])} != {n_tiles}"
@@ -505,7 +546,7 @@ def test_stages_match_reference(T, block):
     hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, workspace=ws, **kw)
     torch.cuda.synchronize()
     v = _workspace_views(ws, T, K, H, I, E)
-    bm = 16 if T * K / E <= 16 else 64
+    bm = index_block_m(T * K, E)
     # routing index
     counts = torch.bincount(ids.flatten().long(), minlength=E)
     off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")

@@ -24,11 +24,20 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 }
 
 // GEMM tile height (rows of one expert per tile), one of kBlockMs: decode (a few rows per expert) uses short
-// tiles so that the weights, not padding rows, dominate; everything above 16 rows per expert uses 64-row tiles
-// (8 warps, 2 x 4), whose MMA work per weight byte is 4x higher.
-constexpr int kBlockMs[] = {16, 64};
+// tiles so that the weights, not padding rows, dominate; 64-row tiles (8 warps, 2 x 4) do 4x the MMA work per
+// weight byte. Between them, 32-row tiles (the 16-row tiles' swapped wgmma at N = 32). Measured on an H200
+// (session 19, runs 4 and 5: each height forced on one build, all models and modes at 64-2048 tokens):
+//  * 16 rows per expert (deepseek 512 tokens, qwen3 TP8 256): 32-row tiles 0.85-0.88x the 16-row ones' time
+//    (16-row tiles split each expert past 16 rows into two tiles that each stream its weights), qwen3 EP8 256
+//    0.98-1.04x; 22 rows (hy3 512): 0.84-0.88x the 64-row tiles' (one CTA per SM over mostly padding rows);
+//  * 11 rows (hy3 256): the 16-row tiles 7-9% faster; 32 rows (512-1024 tokens): the 64-row tiles 10-19%
+//    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (kept at 64: the majority).
+constexpr int kBlockMs[] = {16, 32, 64};
+constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows
+constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64
 HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
-  return mean_rows_per_expert(num_tokens, top_k, num_global_experts) <= 16 ? 16 : 64;
+  const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
+  return r <= kMaxRowsBlockM16 ? 16 : r <= kMaxRowsBlockM32 ? 32 : 64;
 }
 
 // Weight rows one GEMM tile covers (the N extent): 128 or 256. Gate-up tiles hold matching gate and up rows
@@ -91,13 +100,13 @@ HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediat
 }
 constexpr int kTileK = 128;
 
-// Split-K of decode tiles (16 rows): when the tasks (tile x weight block) are fewer than the resident CTAs,
+// Split-K of decode tiles (16 and 32 rows): when the tasks (tile x weight block) are fewer than the resident CTAs,
 // each task's K range is cut into S slices (S <= kMaxSplit, each >= one 128-deep step), the slices' fp32
 // partial tiles go to the workspace and the last slice to arrive sums them in slice order (deterministic).
 // S is chosen on the device from the actual task count: split_k_slices() below.
 constexpr int kMaxSplit = 8;
 constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
-constexpr int kSplitSliceFloats = 16 * 256;   // the largest 16-row tile (256 weight rows)
+constexpr int kSplitSliceFloats = 32 * 256;   // the largest split tile (32 rows x 256 weight rows)
 // waves: items per CTA the split aims at. 1 (at most one item per resident CTA): session 7's same-build A/B at
 // 4-32 tokens (36 points) measured 1 at 0.935x the time of 2 (geomean; 0.73-0.94x at 4-8 tokens, never above
 // 1.02x) and 8 at 1.23x. The profiling switch HOPPERKIT_MOE_SPLIT=n sets it, to re-measure.
