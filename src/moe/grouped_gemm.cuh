@@ -62,12 +62,12 @@ struct MoeGemmConfig {
   // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16- and 32-row tiles: one
   // warpgroup, operands swapped (kSwapAB below).
   static constexpr bool kWgmma = BM >= 64;
-  // 16-row tiles: wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight rows x the tile's 16
-  // rows), one warpgroup, BN / 64 m64 blocks per stage (gate-up: its gate blocks, then its up blocks, so that a
-  // thread holds matching gate and up values; down: the weight rows in order). sm_90 has no FP8 mma.sync: the
-  // m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460 instructions per
-  // warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator acc[0][2 b + j][i]: weight
-  // row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
+  // 16-row tiles (and 32-row ones, below): wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight
+  // rows x the tile's 16 rows), one warpgroup, BN / 64 m64 blocks per stage (gate-up: its gate blocks, then its
+  // up blocks, so that a thread holds matching gate and up values; down: the weight rows in order). sm_90 has no
+  // FP8 mma.sync: the m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460
+  // instructions per warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator
+  // acc[0][2 b + j][i]: weight row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
   // 32-row tiles (session 19; 16-24 rows per expert on average, see block_m()): the same with m64n32k32, four n8 tiles
   // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general).
   static constexpr bool kSwapAB = BM <= 32;
@@ -109,7 +109,8 @@ struct MoeGemmConfig {
   static constexpr int kBoxRows = kGateUp ? BN / 2 : BN;
   // Down: the A rows (act, by sorted slot) of a tile are contiguous, so they arrive by TMA too (a BM x 128-byte
   // box at the tile's first slot; rows past the tile are other tiles' rows, whose outputs are never stored);
-  // per-tensor 16-row tiles keep cp.async (with TMA, hy3 TP8 at 4 tokens took 47.4 us against 44.9).
+  // per-tensor swapped (16- and 32-row) tiles keep cp.async (with TMA, hy3 TP8 at 4 tokens took 47.4 us against
+  // 44.9 on 16-row tiles).
   // Gate-up gathers its A rows through the routing index with cp.async.
   static constexpr bool kTmaA = !kGateUp && (BM >= 64 || kBlock);
   // The producer's lanes copy with cp.async (A rows, block-wise scales) and arrive on the full barrier when
@@ -254,7 +255,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
-  // Down, 16-row (decode) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
+  // Down, swapped (16- and 32-row) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
   // act, does), so the producer issues the weight boxes of its first kStages stages before waiting for that
   // grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
   // list it needs comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
       item_range(item, kb0, kb1);
-      // this thread's A chunks (cp.async path: gate-up's token rows, per-tensor 16-row down's act rows by slot)
+      // this thread's A chunks (cp.async path: gate-up's token rows, per-tensor swapped down's act rows by slot)
       const uint8_t* a_src[C::kAChunks] = {};
       int a_ok[C::kAChunks] = {};
       if constexpr (!C::kTmaA) {

@@ -22,7 +22,7 @@ struct MoeWorkspaceLayout {
   size_t act_scale = 0;      // fp32  [num_tokens * top_k, intermediate / 128] (block-wise scaling)
   size_t y = 0;              // bf16  [num_tokens * top_k, hidden]: down-projection result per row id
   size_t split_counters = 0; // int32 [kSplitSlices]: arrivals per split task (zeroed by kernel 1)
-  size_t split_partials = 0; // fp32  [kSplitSlices, 16 x 256]: split-K partial tiles (decode tiles only)
+  size_t split_partials = 0; // fp32  [kSplitSlices, 32 x 256]: split-K partial tiles (swapped tiles only)
   size_t index_hist = 0;     // int32 [index_ctas(rows), E + 1]: per-chunk expert counts + dropped (> 1 chunk)
   size_t total_bytes = 0;
 };

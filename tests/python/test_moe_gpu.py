@@ -279,7 +279,7 @@ THIRTY_TWO_ROW_CASES = [
     (250, 512, 192, 64, 6, "skewed", False, False, False),  # 24 rows per expert, I = 192: down K tail of 64
     (64, 256, 256, 16, 4, "uniform", False, False, False),  # 16 rows per expert: the first 32-row mean
     (96, 256, 256, 16, 4, "uniform", False, False, True),   # 24: the last; block-wise (gate-up 32 x 256)
-    (180, 512, 256, 64, 8, "skewed", False, False, True),   # block-wise, partial tiles, split-K over K = 512
+    (180, 512, 256, 64, 8, "skewed", False, False, True),   # block-wise, partial tiles (split-K: S = 1 here)
     (160, 384, 256, 32, 4, "uniform", True, True, False),   # EP (half the experts remote), fp8 input
     (160, 384, 256, 32, 4, "sparse", True, True, True),     # ... block-wise, few experts with many rows
     (80, 320, 128, 16, 4, "uniform", False, False, False),  # H = 320: the down's last 128 columns half outside
