@@ -82,7 +82,10 @@ def run_case(T, H, I, E_global, K, block, kind="uniform", ep=False, fp8_input=Fa
     expert_map = None
     E = E_global
     if ep:  # half the experts local, an arbitrary subset (not a range)
-        E, expert_map = half_local_expert_map(torch.randperm(E_global, generator=gen, device="cuda"))
+        perm = torch.randperm(E_global, generator=gen, device="cuda")
+        if kind == "sparse":  # with top_k <= E_global / 8 only experts below E_global / 8 get rows: keep 0 local
+            perm = torch.cat([perm[perm == 0], perm[perm != 0]])
+        E, expert_map = half_local_expert_map(perm)
     w13, s13, w2, s2 = make_weights(E, H, I, block, gen)
     x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
     ids, tw = make_routing(T, K, E_global, kind, gen)
