@@ -69,31 +69,19 @@ __device__ __forceinline__ void wgmma_wait() {
   "%44, %45, %46, %47}"
 
 // One m64nNk32 e4m3 wgmma: accumulator constraint C ("+f" or "=f") and scale-d (1: d += A x B^T, 0: d = A x B^T).
-#define HK_WGMMA_E4M3(C, SCALE_D)                                                                                  \
-  if constexpr (N == 16) {                                                                                         \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " HK_WGMMA_REGS8 ", %8, %9, " SCALE_D      \
-                 ", 1, 1;\n"                                                                                       \
-                 : HK_WGMMA_ACC8(C)                                                                                \
-                 : "l"(desc_a), "l"(desc_b));                                                                      \
-  }                                                                                                                \
-  if constexpr (N == 32) {                                                                                         \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " HK_WGMMA_REGS32 ", %16, %17, " SCALE_D \
-                 ", 1, 1;\n"                                                                                       \
-                 : HK_WGMMA_ACC32(C)                                                                               \
-                 : "l"(desc_a), "l"(desc_b));                                                                      \
-  }                                                                                                                \
-  if constexpr (N == 64) {                                                                                         \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WGMMA_REGS64 ", %32, %33, " SCALE_D \
-                 ", 1, 1;\n"                                                                                       \
-                 : HK_WGMMA_ACC64(C)                                                                               \
-                 : "l"(desc_a), "l"(desc_b));                                                                      \
-  }                                                                                                                \
-  if constexpr (N == 96) {                                                                                         \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " HK_WGMMA_REGS96 ", %48, %49, " SCALE_D \
-                 ", 1, 1;\n"                                                                                       \
-                 : HK_WGMMA_ACC96(C)                                                                               \
-                 : "l"(desc_a), "l"(desc_b));                                                                      \
+// HK_WGMMA_E4M3_N: the instruction for one N (its text, register list, descriptor operands and accumulators).
+#define HK_WGMMA_E4M3_N(NN, REGS, DESCS, ACC, C, SCALE_D)                                                       \
+  if constexpr (N == NN) {                                                                                       \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n" #NN "k32.f32.e4m3.e4m3 " REGS ", " DESCS ", " SCALE_D       \
+                 ", 1, 1;\n"                                                                                     \
+                 : ACC(C)                                                                                        \
+                 : "l"(desc_a), "l"(desc_b));                                                                    \
   }
+#define HK_WGMMA_E4M3(C, SCALE_D)                                                          \
+  HK_WGMMA_E4M3_N(16, HK_WGMMA_REGS8, "%8, %9", HK_WGMMA_ACC8, C, SCALE_D)                 \
+  HK_WGMMA_E4M3_N(32, HK_WGMMA_REGS32, "%16, %17", HK_WGMMA_ACC32, C, SCALE_D)             \
+  HK_WGMMA_E4M3_N(64, HK_WGMMA_REGS64, "%32, %33", HK_WGMMA_ACC64, C, SCALE_D)             \
+  HK_WGMMA_E4M3_N(96, HK_WGMMA_REGS96, "%48, %49", HK_WGMMA_ACC96, C, SCALE_D)
 
 // d[NT0 .. NT0 + N/8) += A (64 x 32 bytes at desc_a) x B (N rows x 32 bytes at desc_b)^T, e4m3 in, fp32 out
 // (a chain's first product: wgmma_m64k32_e4m3_first below).
@@ -125,6 +113,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
 }
 
 #undef HK_WGMMA_E4M3
+#undef HK_WGMMA_E4M3_N
 #undef HK_WGMMA_ACC4
 #undef HK_WGMMA_ACC8
 #undef HK_WGMMA_ACC32
