@@ -651,4 +651,5 @@ NB_MODULE(_C, m) {
   m.attr("MOE_WIDE_GATE_UP_MIN_ROWS") = static_cast<int64_t>(moe::kWideGateUpMinRows);
   m.attr("MOE_MAX_ROWS_BLOCK_M16") = static_cast<int64_t>(moe::kMaxRowsBlockM16);
   m.attr("MOE_MAX_ROWS_BLOCK_M32") = static_cast<int64_t>(moe::kMaxRowsBlockM32);
+  m.attr("MOE_MAX_ROWS_BLOCK_M48") = static_cast<int64_t>(moe::kMaxRowsBlockM48);
 }

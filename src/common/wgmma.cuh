@@ -50,6 +50,7 @@ __device__ __forceinline__ void wgmma_wait() {
 // written) or "=f" (d is only written: no false dependence on its previous values).
 #define HK_WGMMA_ACC4(C, nt) C(d[NT0 + nt][0]), C(d[NT0 + nt][1]), C(d[NT0 + nt][2]), C(d[NT0 + nt][3])
 #define HK_WGMMA_ACC32(C) HK_WGMMA_ACC4(C, 0), HK_WGMMA_ACC4(C, 1), HK_WGMMA_ACC4(C, 2), HK_WGMMA_ACC4(C, 3)
+#define HK_WGMMA_ACC48(C) HK_WGMMA_ACC32(C), HK_WGMMA_ACC4(C, 4), HK_WGMMA_ACC4(C, 5)
 #define HK_WGMMA_ACC64(C) HK_WGMMA_ACC32(C), HK_WGMMA_ACC4(C, 4), HK_WGMMA_ACC4(C, 5), HK_WGMMA_ACC4(C, 6), \
                           HK_WGMMA_ACC4(C, 7)
 #define HK_WGMMA_ACC96(C) HK_WGMMA_ACC64(C), HK_WGMMA_ACC4(C, 8), HK_WGMMA_ACC4(C, 9), HK_WGMMA_ACC4(C, 10), \
@@ -59,6 +60,8 @@ __device__ __forceinline__ void wgmma_wait() {
 #define HK_WGMMA_ACC8(C) HK_WGMMA_ACC4(C, 0), HK_WGMMA_ACC4(C, 1)
 #define HK_WGMMA_REGS8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define HK_WGMMA_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define HK_WGMMA_REGS48 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}"
 #define HK_WGMMA_REGS64                                                                                        \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -80,6 +83,7 @@ __device__ __forceinline__ void wgmma_wait() {
 #define HK_WGMMA_E4M3(C, SCALE_D)                                                          \
   HK_WGMMA_E4M3_N(16, HK_WGMMA_REGS8, "%8, %9", HK_WGMMA_ACC8, C, SCALE_D)                 \
   HK_WGMMA_E4M3_N(32, HK_WGMMA_REGS32, "%16, %17", HK_WGMMA_ACC32, C, SCALE_D)             \
+  HK_WGMMA_E4M3_N(48, HK_WGMMA_REGS48, "%24, %25", HK_WGMMA_ACC48, C, SCALE_D)             \
   HK_WGMMA_E4M3_N(64, HK_WGMMA_REGS64, "%32, %33", HK_WGMMA_ACC64, C, SCALE_D)             \
   HK_WGMMA_E4M3_N(96, HK_WGMMA_REGS96, "%48, %49", HK_WGMMA_ACC96, C, SCALE_D)
 
@@ -87,7 +91,7 @@ __device__ __forceinline__ void wgmma_wait() {
 // (a chain's first product: wgmma_m64k32_e4m3_first below).
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 96, "wgmma N: 16, 32, 64 or 96");
+  static_assert(N == 16 || N == 32 || N == 48 || N == 64 || N == 96, "wgmma N: 16, 32, 48, 64 or 96");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_RW, "1")
 }
@@ -96,7 +100,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[NT][4], uint64_t de
 // does not depend on d's earlier values, so ptxas can keep such chains in flight across loop iterations.
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 96, "wgmma N: 16, 32, 64 or 96");
+  static_assert(N == 16 || N == 32 || N == 48 || N == 64 || N == 96, "wgmma N: 16, 32, 48, 64 or 96");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_W, "0")
 }
@@ -107,7 +111,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first(float (&d)[NT][4], uint6
 // (4 partials live instead of 2, and spills).
 template <int N, int NT0, int NT>
 __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 96, "wgmma N: 16, 32, 64 or 96");
+  static_assert(N == 16 || N == 32 || N == 48 || N == 64 || N == 96, "wgmma N: 16, 32, 48, 64 or 96");
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_RW, "0")
 }
@@ -117,6 +121,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
 #undef HK_WGMMA_ACC4
 #undef HK_WGMMA_ACC8
 #undef HK_WGMMA_ACC32
+#undef HK_WGMMA_ACC48
 #undef HK_WGMMA_ACC64
 #undef HK_WGMMA_ACC96
 #undef HK_WGMMA_REGS96
@@ -124,6 +129,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
 #undef HK_WGMMA_W
 #undef HK_WGMMA_REGS8
 #undef HK_WGMMA_REGS32
+#undef HK_WGMMA_REGS48
 #undef HK_WGMMA_REGS64
 
 }  // namespace ptx

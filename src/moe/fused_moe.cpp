@@ -70,12 +70,12 @@ void fused_moe(const MoeParams& p) {
   a.num_local_experts = p.num_local_experts;
   a.num_global_experts = p.num_global_experts;
   a.top_k = p.top_k;
-  // Profiling aid (not for serving): HOPPERKIT_MOE_BLOCK_M=16, 32 or 64 sets the routing index's tile height
-  // (the workspace holds the 16-row count); unset, block_m() picks.
+  // Profiling aid (not for serving): HOPPERKIT_MOE_BLOCK_M=16, 32, 48 (per-tensor) or 64 sets the routing index's
+  // tile height (the workspace holds the 16-row count); unset, block_m() picks.
   static const int block_m_forced = env_int("HOPPERKIT_MOE_BLOCK_M", 0, 0, 64);
-  a.block_m = block_m_forced == 16 || block_m_forced == 32 || block_m_forced == 64
-                  ? block_m_forced
-                  : block_m(p.num_tokens, p.top_k, p.num_global_experts);
+  const bool forced_ok = block_m_forced == 16 || block_m_forced == 32 || block_m_forced == 64 ||
+                         (block_m_forced == 48 && !block);
+  a.block_m = forced_ok ? block_m_forced : block_m(p.num_tokens, p.top_k, p.num_global_experts, block);
   a.block_scaled = block ? 1 : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
   // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled
@@ -87,8 +87,10 @@ void fused_moe(const MoeParams& p) {
   // index's 64-row tiles, =128 takes 128-row tiles wherever they apply (per-tensor, 64-row index tiles);
   // unset, gate_up_block_m() in heuristics.h picks.
   static const int gate_up_bm_forced = env_int("HOPPERKIT_MOE_GATEUP_BM", 0, 0, 128);
-  // (forced, the 32-row heights take the 64-row index instead: those switches compare 64- and 128-row tiles)
-  if ((gate_up_bm_forced == 64 || gate_up_bm_forced == 128) && a.block_m == 32 && block_m_forced != 32) {
+  // (forced, the 32- and 48-row heights take the 64-row index instead: those switches compare 64- and 128-row
+  // tiles)
+  if ((gate_up_bm_forced == 64 || gate_up_bm_forced == 128) && (a.block_m == 32 || a.block_m == 48) &&
+      block_m_forced != a.block_m) {
     a.block_m = 64;
   }
   const int wide_ok = gate_up_block_m(block, a.block_m, kWideGateUpMinRows) == 128;  // where 128 may apply

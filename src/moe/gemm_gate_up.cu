@@ -23,6 +23,7 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;
     case (32 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<32, 128, true, false>{}); break;
     case (32 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<32, 256, true, true>{}); break;
+    case (48 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<48, 128, true, false>{}); break;
     case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, true, false>{}); break;
     case (64 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<64, 256, true, false>{}); break;
     case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, true, true>{}); break;
@@ -31,7 +32,7 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (128 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<128, 256, true, true>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "gate-up block_m / block_scaled / tile_n",
-               "16/0/128, 16/1/256, 32/0/128, 32/1/256, 64/0/128, 64/0/256, 64/1/256, 128/0/128, 128/0/192 "
+               "16/0/128, 16/1/256, 32/0/128, 32/1/256, 48/0/128, 64/0/128, 64/0/256, 64/1/256, 128/0/128, 128/0/192 "
                "or 128/1/256",
                std::to_string(a.gate_up_bm) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.gate_up_tile_n));

@@ -52,7 +52,8 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 
 template <int BM, int BN, bool kGateUp, bool kBlock>
 struct MoeGemmConfig {
-  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "block_m");
+  static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128, "block_m");
+  static_assert(BM != 48 || (!kBlock && BN == 128), "48-row tiles: per-tensor, 128 weight rows");
   static_assert(BN == 128 || BN == 256 || (BN == 192 && BM == 128 && kGateUp && !kBlock), "tile_n");
   static_assert(!kBlock || !kGateUp || BN == 256, "block-scaled gate-up: a whole 128-column activation group");
   static_assert(BM != 128 || !kGateUp || (kBlock ? BN == 256 : BN == 128 || BN == 192),
@@ -69,8 +70,10 @@ struct MoeGemmConfig {
   // instructions per warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator
   // acc[0][2 b + j][i]: weight row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
   // 32-row tiles (session 19; 16-24 rows per expert on average, see block_m()): the same with m64n32k32, four n8 tiles
-  // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general).
-  static constexpr bool kSwapAB = BM <= 32;
+  // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general). 48-row tiles
+  // (per-tensor, 128 weight rows: m64n48k32, six n8 tiles; the accumulators and the two stage partials take 144
+  // registers, which still leaves 2 CTAs per SM).
+  static constexpr bool kSwapAB = BM <= 48;
   static constexpr int kSwapBlocks = BN / 64;
   static constexpr int kSwapRowTiles = BM / 8;
   static constexpr int kWarpsM = kSwapAB ? 1 : BM / 16;
@@ -186,12 +189,12 @@ __device__ __forceinline__ T& select_ref(T& a, T& b) {
   }
 }
 
-// The swapped wgmmas of one 32-byte K step (16- or 32-row tiles: R tile rows, m64nRk32): m64 block b (weight
+// The swapped wgmmas of one 32-byte K step (16-, 32- or 48-row tiles: R tile rows, m64nRk32): m64 block b (weight
 // rows 64 b .., w's address + b * 8 KB) into d[(R / 8) b .. (R / 8) b + R / 8 - 1] (the tile's rows 8 j ..);
 // `first`: the stage's first step (d written, not read).
 template <int kBlocks, int R, int NT>
 __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w, uint64_t dx, bool first) {
-  static_assert(R == 16 || R == 32, "swapped tiles: 16 or 32 rows");
+  static_assert(R == 16 || R == 32 || R == 48, "swapped tiles: 16, 32 or 48 rows");
   static_assert(NT == (R / 8) * kBlocks, "R / 8 n8 tiles per m64 block");
   constexpr int J = R / 8;
 #pragma unroll

@@ -30,7 +30,7 @@ struct MoeKernelArgs {
   int64_t out_stride;
   // ---- sizes
   int num_tokens, hidden_size, intermediate, num_local_experts, num_global_experts, top_k;
-  int block_m;                // 16, 32 or 64: the routing index's tiles (both GEMMs unless gate_up_bm says)
+  int block_m;                // 16, 32, 48 or 64: the routing index's tiles (both GEMMs unless gate_up_bm says)
   int gate_up_bm;             // the gate-up's tile rows: block_m, or 128 (tiles_wide; gate_up_block_m)
   int down_bm;                // the down GEMM's tile rows: block_m, or 128 (tiles_wide, only with gate_up_bm 128)
   int block_scaled;           // 0: per-tensor, 1: 128x128 weight blocks + 1x128 activation groups

@@ -19,7 +19,8 @@ MoeRouting moe_routing_cpu(const int32_t* topk_ids, int num_tokens, int top_k, c
            "1..num_global_experts (" + std::to_string(num_global_experts) + ")", num_local_experts);
   HK_CHECK(kValue, expert_map != nullptr || num_local_experts == num_global_experts, "expert_map",
            "a map when only some experts are local", "null");
-  HK_CHECK(kValue, bm == 16 || bm == 32 || bm == 64 || bm == 128, "block_m", "16, 32, 64 or 128", bm);
+  HK_CHECK(kValue, bm == 16 || bm == 32 || bm == 48 || bm == 64 || bm == 128, "block_m", "16, 32, 48, 64 or 128",
+           bm);
   MoeRouting r;
   r.expert_count.assign(num_local_experts, 0);
   const int rows = num_tokens * top_k;

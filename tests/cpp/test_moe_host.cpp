@@ -24,14 +24,19 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(256, 8, 128), 32);    // 16 (Qwen3-235B TP8, 256 tokens)
   EXPECT_EQ(block_m(512, 8, 192), 32);    // 22 (Hy3 TP8, 512 tokens)
   EXPECT_EQ(block_m(384, 8, 128), 32);    // 24
-  EXPECT_EQ(block_m(385, 8, 128), 64);    // just above 24 rows per expert
-  EXPECT_EQ(block_m(512, 8, 128), 64);    // 32 (Qwen3-235B TP8, 512 tokens)
+  EXPECT_EQ(block_m(385, 8, 128), 48);    // just above 24 rows per expert: per-tensor 48
+  EXPECT_EQ(block_m(385, 8, 128, true), 64);  // block-wise 64 (no 48-row block-wise tiles)
+  EXPECT_EQ(block_m(512, 8, 128), 48);    // 32 (Qwen3-235B TP8, 512 tokens)
+  EXPECT_EQ(block_m(640, 8, 128), 48);    // 40
+  EXPECT_EQ(block_m(641, 8, 128), 64);    // just above 40 rows per expert
   EXPECT_EQ(block_m(1024, 8, 128), 64);
   EXPECT_EQ(block_m(16384, 8, 256), 64);
-  for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows
-    const int bm = block_m(t, 8, 128);
-    EXPECT_TRUE(bm == 16 || bm == 32 || bm == 64) << t;
-    EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128), bm) << t;
+  for (int blk = 0; blk < 2; ++blk) {
+    for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows
+      const int bm = block_m(t, 8, 128, blk == 1);
+      EXPECT_TRUE(bm == 16 || bm == 32 || (bm == 48 && blk == 0) || bm == 64) << t;
+      EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128, blk == 1), bm) << t;
+    }
   }
   EXPECT_EQ(gate_up_tile_n(false, 16, 2048, 8), 128);   // decode tiles: 128 weight rows (2 CTAs per SM)
   EXPECT_EQ(gate_up_tile_n(false, 64, 2048, 17), 256);  // 64-row tiles: 128 intermediate columns per tile
@@ -138,7 +143,7 @@ TEST(MoeRoutingTwin, FuzzAgainstDirectCounts) {
       for (int g = 0; g < E; ++g) map[g] = (rng() % 2) ? local++ : -1;
       if (local == 0) map[0] = local++;
     }
-    const int bm = 16 << (rng() % 4);
+    const int bm = (rng() % 5 == 4) ? 48 : 16 << (rng() % 4);  // every height the index builds
     const std::vector<int32_t> ids = random_ids(rng, T, K, E, kind);
     const MoeRouting r = moe_routing_cpu(ids.data(), T, K, ep ? map.data() : nullptr, E, local, bm);
     // direct count
@@ -188,7 +193,7 @@ TEST(MoeRoutingTwin, AllTokensToOneExpertAndOneToken) {
   EXPECT_EQ(s.tiles.size(), 2u);
   EXPECT_THROW(moe_routing_cpu(one, 1, 2, nullptr, 192, 96, 16), Error);  // EP without a map
   EXPECT_THROW(moe_routing_cpu(one, 1, 17, nullptr, 192, 192, 16), Error);
-  EXPECT_THROW(moe_routing_cpu(one, 1, 2, nullptr, 192, 192, 48), Error);
+  EXPECT_THROW(moe_routing_cpu(one, 1, 2, nullptr, 192, 192, 40), Error);  // not a tile height
 }
 
 namespace {

@@ -298,7 +298,7 @@ def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
         pytest.skip("HOPPERKIT_MOE_GATEUP_BM forced: 32-row heights take the 64-row index")
     _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + E + block,
                         check_repeat=True)
-    assert index_block_m(T * K, E) == 32, "the case is meant for 32-row tiles"
+    assert index_block_m(T * K, E, block) == 32, "the case is meant for 32-row tiles"
     E_local = E // 2 if ep else E
     v = _workspace_views(ws, T, K, H, I, E_local)
     n = int(v["num_tiles"])
@@ -306,6 +306,37 @@ def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     assert n > 0 and int(rows.max()) <= 32, "tile heights"
     if kind != "uniform" or T * K // E > 16:
         assert int(rows.max()) > 16, "no tile above 16 rows: the 32-row kernels did not run"
+
+
+# 48-row tiles (per-tensor, MOE_MAX_ROWS_BLOCK_M32 + 1 to MOE_MAX_ROWS_BLOCK_M48 rows per expert): the swapped
+# wgmma at N = 48 (six n8 tiles of rows per 64 weight rows), both GEMMs
+FORTY_EIGHT_ROW_CASES = [
+    # T, H, I, E_global, K, kind, ep, fp8_input
+    (400, 512, 192, 64, 6, "skewed", False, False),  # 38 rows per expert, I = 192: down K tail of 64
+    (100, 256, 256, 16, 4, "uniform", False, False),  # 25 rows per expert: the first 48-row mean
+    (160, 256, 256, 16, 4, "uniform", False, False),  # 40: the last
+    (256, 384, 256, 32, 4, "uniform", True, True),    # EP (half the experts remote), fp8 input; split-K
+    (256, 384, 256, 32, 4, "sparse", True, False),    # few experts with many rows: several tiles each
+    (120, 320, 128, 16, 4, "uniform", False, False),  # H = 320: the down's last 128 columns half outside
+]
+
+
+@pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input", FORTY_EIGHT_ROW_CASES,
+                         ids=["i192_skewed", "first_mean", "last_mean", "ep_fp8_in", "ep_sparse", "h320"])
+def test_48_row_tiles(T, H, I, E, K, kind, ep, fp8_input):
+    from hopperkit.moe import _workspace_views
+    if GATE_UP_BM:
+        pytest.skip("HOPPERKIT_MOE_GATEUP_BM forced: 48-row heights take the 64-row index")
+    _, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + E + 48,
+                        check_repeat=True)
+    assert index_block_m(T * K, E, False) == 48, "the case is meant for 48-row tiles"
+    E_local = E // 2 if ep else E
+    v = _workspace_views(ws, T, K, H, I, E_local)
+    n = int(v["num_tiles"])
+    rows = v["tiles"][:n, 2]
+    assert n > 0 and int(rows.max()) <= 48, "tile heights"
+    if kind != "uniform" or T * K // E >= 32:  # (uniform below: some expert above 32 rows is likely, not certain)
+        assert int(rows.max()) > 32, "no tile above 32 rows: the 48-row kernels did not run"
 
 
 # ------------------------------------------------------------------------------------------ model shapes
@@ -346,12 +377,14 @@ def test_max_tokens():
 INDEX_MODE = os.environ.get("HOPPERKIT_MOE_INDEX", "")
 
 
-def index_block_m(rows, E_global):
+def index_block_m(rows, E_global, block):
     """The routing index's tile height for `rows` entries over E_global experts (block_m() in heuristics.h; with
-    HOPPERKIT_MOE_GATEUP_BM forced, 32-row heights take the 64-row index, see fused_moe.cpp)."""
+    HOPPERKIT_MOE_GATEUP_BM forced, 32- and 48-row heights take the 64-row index, see fused_moe.cpp)."""
     mean = -(-rows // E_global)
-    bm = 16 if mean <= _core._C.MOE_MAX_ROWS_BLOCK_M16 else 32 if mean <= _core._C.MOE_MAX_ROWS_BLOCK_M32 else 64
-    return 64 if bm == 32 and GATE_UP_BM in ("64", "128") else bm
+    C = _core._C
+    bm = (16 if mean <= C.MOE_MAX_ROWS_BLOCK_M16 else 32 if mean <= C.MOE_MAX_ROWS_BLOCK_M32
+          else 48 if not block and mean <= C.MOE_MAX_ROWS_BLOCK_M48 else 64)
+    return 64 if bm in (32, 48) and GATE_UP_BM in ("64", "128") else bm
 
 
 def check_index_path(v, rows, E_local, E_global, counts, dropped):
@@ -439,7 +472,7 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
     assert int(v["dropped"]) == int((local < 0).sum())
     check_index_path(v, T * K, E, E_global, counts, int((local < 0).sum()))
-    bm = index_block_m(T * K, E_global)
+    bm = index_block_m(T * K, E_global, True)  # block-scaled weights (make_weights above)
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
     assert int(v["num_tiles"]) == n_tiles, f"num_tiles {int(v['num_tiles'])} != {n_tiles}"
@@ -549,7 +582,7 @@ def test_stages_match_reference(T, block):
     hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, workspace=ws, **kw)
     torch.cuda.synchronize()
     v = _workspace_views(ws, T, K, H, I, E)
-    bm = index_block_m(T * K, E)
+    bm = index_block_m(T * K, E, block)
     # routing index
     counts = torch.bincount(ids.flatten().long(), minlength=E)
     off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")

@@ -32,12 +32,20 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 //    0.98-1.04x; 22 rows (hy3 512): 0.84-0.88x the 64-row tiles' (one CTA per SM over mostly padding rows);
 //  * 11 rows (hy3 256): the 16-row tiles 7-9% faster; 32 rows (512-1024 tokens): the 64-row tiles 10-19%
 //    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (kept at 64: the majority).
-constexpr int kBlockMs[] = {16, 32, 64};
+constexpr int kBlockMs[] = {16, 32, 48, 64};
 constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows
-constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64
-HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts) {
+constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64 (per-tensor: 48 up to kMaxRowsBlockM48)
+// 48-row tiles (per-tensor only: the block-wise gate-up's 256 weight rows would need 288 accumulator and partial
+// registers): the swapped path at N = 48, so that an expert of 25-48 rows is one tile streamed by a CTA of the
+// 2-per-SM decode kind instead of a 64-row tile at one CTA per SM (session 19 run 4: the 64-row tiles at 32-43
+// rows per expert 1.7-2.5x the floor). Not measured yet: a guess from the Poisson tail (at a mean of 40 rows,
+// ~9% of the experts need a second 48-row tile).
+constexpr int64_t kMaxRowsBlockM48 = 40;
+HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
-  return r <= kMaxRowsBlockM16 ? 16 : r <= kMaxRowsBlockM32 ? 32 : 64;
+  if (r <= kMaxRowsBlockM16) return 16;
+  if (r <= kMaxRowsBlockM32) return 32;
+  return !block_scaled && r <= kMaxRowsBlockM48 ? 48 : 64;
 }
 
 // Weight rows one GEMM tile covers (the N extent): 128 or 256. Gate-up tiles hold matching gate and up rows
