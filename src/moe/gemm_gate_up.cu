@@ -1,5 +1,5 @@
 // hopperkit fused FP8 MoE, kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation.
-// Variants (tile rows / scaling / weight rows per tile): 16 and 32 per-tensor 128, 16 and 32 block 256, 64
+// Variants (tile rows / scaling / weight rows per tile): 16, 32 and 48 per-tensor 128, 16 and 32 block 256, 64
 // per-tensor 128 or 256, 64 block 256, 128 per-tensor 128 or 192, 128 block 256 (block_m and gate_up_block_m in
 // heuristics.h).
 #include "moe/gemm_launch.cuh"

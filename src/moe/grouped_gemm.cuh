@@ -14,7 +14,7 @@
 //    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
 //  * consumers wait on the stage's full barrier, run wgmma on it straight from shared memory (fp32
 //    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 16- and 32-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 or
+//  * 16-, 32- and 48-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 or
 //    32 rows per m64n16k32 / m64n32k32), one stage's group in flight while the previous stage's sum is added
 //    (wait_group 1).
 //  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
@@ -60,7 +60,7 @@ struct MoeGemmConfig {
                 "128-row gate-up tiles: 128 or 192 weight rows per-tensor, 256 block-wise");
   // 64-row tiles: two consumer warpgroups, each a wgmma m64 over half the weight rows (warp w of a warpgroup
   // holds rows 16w..16w+15); 128-row tiles (the wide gate-up): two consumer warpgroups, each a wgmma m64 over
-  // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16- and 32-row tiles: one
+  // its half of the rows and all the weight rows (one weight stage feeds 128 rows); 16- to 48-row tiles: one
   // warpgroup, operands swapped (kSwapAB below).
   static constexpr bool kWgmma = BM >= 64;
   // 16-row tiles (and 32-row ones, below): wgmma with the operands swapped (D^T = W x X^T, m64n16k32: 64 weight
@@ -112,7 +112,7 @@ struct MoeGemmConfig {
   static constexpr int kBoxRows = kGateUp ? BN / 2 : BN;
   // Down: the A rows (act, by sorted slot) of a tile are contiguous, so they arrive by TMA too (a BM x 128-byte
   // box at the tile's first slot; rows past the tile are other tiles' rows, whose outputs are never stored);
-  // per-tensor swapped (16- and 32-row) tiles keep cp.async (with TMA, hy3 TP8 at 4 tokens took 47.4 us against
+  // per-tensor swapped (16- to 48-row) tiles keep cp.async (with TMA, hy3 TP8 at 4 tokens took 47.4 us against
   // 44.9 on 16-row tiles).
   // Gate-up gathers its A rows through the routing index with cp.async.
   static constexpr bool kTmaA = !kGateUp && (BM >= 64 || kBlock);
@@ -120,8 +120,8 @@ struct MoeGemmConfig {
   // those land; per-tensor down copies nothing that way.
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
-  // 16- and 32-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB); the others one,
-  // with a deeper ring (the 256-row down tile leaves room for its output staging, 34 KB).
+  // 16- to 48-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB, 48: 4 of 22); the
+  // others one, with a deeper ring (the 256-row down tile leaves room for its output staging, 34 KB).
   // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
   // at 128)
   static constexpr int kBudget = (kSwapAB && BN == 128)                    ? 108 * 1024
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
-  // Down, swapped (16- and 32-row) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
+  // Down, swapped (16- to 48-row) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
   // act, does), so the producer issues the weight boxes of its first kStages stages before waiting for that
   // grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
   // list it needs comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before

@@ -285,13 +285,14 @@ THIRTY_TWO_ROW_CASES = [
     (180, 512, 256, 64, 8, "skewed", False, False, True),   # block-wise, partial tiles (split-K: S = 1 here)
     (160, 384, 256, 32, 4, "uniform", True, True, False),   # EP (half the experts remote), fp8 input
     (160, 384, 256, 32, 4, "sparse", True, True, True),     # ... block-wise, few experts with many rows
+    (160, 384, 256, 32, 4, "uniform", True, True, True),    # block-wise EP: split-K (S = 2) in both GEMMs
     (80, 320, 128, 16, 4, "uniform", False, False, False),  # H = 320: the down's last 128 columns half outside
 ]
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", THIRTY_TWO_ROW_CASES,
                          ids=["i192_skewed", "first_mean", "last_mean_block", "block_skewed", "ep_fp8_in",
-                              "ep_sparse_block", "h320"])
+                              "ep_sparse_block", "ep_split_block", "h320"])
 def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     from hopperkit.moe import _workspace_views
     if GATE_UP_BM:
