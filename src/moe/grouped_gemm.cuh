@@ -72,7 +72,7 @@ struct MoeGemmConfig {
   // 32-row tiles (session 19; 16-24 rows per expert on average, see block_m()): the same with m64n32k32, four n8 tiles
   // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general). 48-row tiles
   // (per-tensor, 128 weight rows: m64n48k32, six n8 tiles; the accumulators and the two stage partials take 144
-  // registers, which still leaves 2 CTAs per SM).
+  // registers: 2 CTAs of 160 threads per SM need <= 168 per thread, hence kMinBlocks = 2 below).
   static constexpr bool kSwapAB = BM <= 48;
   static constexpr int kSwapBlocks = BN / 64;
   static constexpr int kSwapRowTiles = BM / 8;
@@ -96,7 +96,10 @@ struct MoeGemmConfig {
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   // ptxas honours setmaxnreg only with a known register count at entry: one CTA per SM in the launch bounds
   // (without it, C7508: ignored); the other kernels keep the bounds they had (0: unspecified)
-  static constexpr int kMinBlocks = kSetMaxNReg ? 1 : 0;
+  // 48-row swapped tiles: 2 CTAs per SM in the bounds, or ptxas takes 180-197 registers and one CTA fits (a
+  // helper's review: registers go out per warp in 256-register units, 2 warps of 200 per sub-partition; capped
+  // at 168 the down kernel spills 24 bytes)
+  static constexpr int kMinBlocks = kSetMaxNReg ? 1 : (kSwapAB && BM == 48) ? 2 : 0;
   static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -120,11 +123,13 @@ struct MoeGemmConfig {
   // those land; per-tensor down copies nothing that way.
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
-  // 16- to 48-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB, 48: 4 of 22); the
-  // others one, with a deeper ring (the 256-row down tile leaves room for its output staging, 34 KB).
+  // 16- to 48-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB; 48: 5 of 22 KB, two
+  // CTAs of 114.9 KB with the 1 KB reserved per CTA in the SM's 228 KB); the others one, with a deeper ring (the
+  // 256-row down tile leaves room for its output staging, 34 KB).
   // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
   // at 128)
-  static constexpr int kBudget = (kSwapAB && BN == 128)                    ? 108 * 1024
+  static constexpr int kBudget = (BM == 48)                               ? 110 * 1024
+                                 : (kSwapAB && BN == 128)               ? 108 * 1024
                                  : (!kGateUp && BM == 64 && BN == 256)  ? 170 * 1024
                                  : (!kGateUp && BM == 128 && BN == 256) ? 150 * 1024
                                  : (!kGateUp && BM == 128)              ? 180 * 1024
@@ -494,6 +499,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
     // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
     int srow_id[2 * C::kSwapRowTiles];
+    // 48-row down tiles load their row ids in the epilogue instead (held across the K loop, their 12 registers
+    // push the kernel past the 168 that 2 CTAs per SM allow: 24 bytes of spills)
+    constexpr bool kLateRowIds = C::kSwapAB && BM == 48;
+    auto load_row_ids = [&] {
+#pragma unroll
+      for (int q = 0; q < 2 * C::kSwapRowTiles; ++q) {
+        const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
+        srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+      }
+    };
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
     auto load_epilogue_inputs = [&] {
       if (!kBlock) {
@@ -507,12 +522,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const int r = wm * C::kWM + (lane + 32 * j) / C::kOutRowChunks;
           out_rid[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
         }
-      } else if constexpr (!kGateUp && C::kSwapAB) {
-#pragma unroll
-        for (int q = 0; q < 2 * C::kSwapRowTiles; ++q) {
-          const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
-          srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
-        }
+      } else if constexpr (!kGateUp && C::kSwapAB && !kLateRowIds) {
+        load_row_ids();
       }
     };
     // Stage `st`'s MMAs into d (wgmma: d = this stage's product, issued and committed; the caller waits for the
@@ -928,6 +939,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     } else if constexpr (C::kSwapAB) {
       // acc[0][J b + j][i] (J = kSwapRowTiles): output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
       // 8 j + 2 t4 + (i & 1)
+      if constexpr (kLateRowIds) load_row_ids();
 #pragma unroll
       for (int j = 0; j < C::kSwapRowTiles; ++j)
 #pragma unroll
