@@ -38,9 +38,14 @@ constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64 (per-tensor:
 // 48-row tiles (per-tensor only: the block-wise gate-up's 256 weight rows would need 288 accumulator and partial
 // registers): the swapped path at N = 48, so that an expert of 25-48 rows is one tile streamed by a CTA of the
 // 2-per-SM decode kind instead of a 64-row tile at one CTA per SM (session 19 run 4: the 64-row tiles at 32-43
-// rows per expert 1.7-2.5x the floor). Not measured yet: a guess from the Poisson tail (at a mean of 40 rows,
-// ~9% of the experts need a second 48-row tile).
-constexpr int64_t kMaxRowsBlockM48 = 40;
+// rows per expert 1.7-2.5x the floor). Measured on an H200 (session 20 run 1: 32, 48 and 64 forced on one build,
+// per-tensor, every model and mode at 256-2048 tokens; mean rows per expert as computed here):
+//  * 32 rows (deepseek 1024, qwen3 512): 48-row tiles 0.88-0.98x the 64-row tiles' time on all four, the
+//    fastest height on three (qwen3 EP8: 1.05x the 32-row's); 42 rows (hy3 1024): 0.88-0.96x the 64-row's;
+//  * 64 rows (deepseek 2048, qwen3 1024): the 64-row tiles 0.73-0.84x the 48-row tiles' (two 48-row tiles per
+//    expert); 21 and fewer rows: the 32-row tiles 0.91-0.98x the 48-row tiles'.
+// The limit sits where a mean expert still fits one 48-row tile; 43-63 rows were not measured.
+constexpr int64_t kMaxRowsBlockM48 = 48;
 HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
   if (r <= kMaxRowsBlockM16) return 16;
