@@ -446,6 +446,18 @@ __device__ __forceinline__ RowDest row_dest(const DecodeKernelArgs& a, const Chu
   return d;
 }
 
+// The masks of a lane's V fragment registers: keep_lo for the "lo" registers (tokens ta in the low 16 bits,
+// ta + 1 in the high), keep_hi for the "hi" ones (ta + 8, ta + 9). All ones, or with mask_v (the tile reaches
+// past the sequence) zero for tokens at or past len, so that stale or NaN V rows never reach the P V products.
+__device__ __forceinline__ void v_pair_keep(int ta, int len, bool mask_v, uint32_t& keep_lo, uint32_t& keep_hi) {
+  keep_lo = 0xffffffffu;
+  keep_hi = 0xffffffffu;
+  if (mask_v) {
+    keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
+    keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
+  }
+}
+
 __device__ __forceinline__ uint16_t f2bf(float x) {
   __nv_bfloat16 b = __float2bfloat16_rn(x);
   return *reinterpret_cast<uint16_t*>(&b);
@@ -887,11 +899,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // O += P V for FP8 V over the warp's 16 tokens from tokb (ta: this lane's first token): ldmatrix.trans
     // over fp8 byte pairs gives each thread two tokens x two dims, split into an even-dim and an odd-dim n-tile
     auto fp8_pv = [&](const uint32_t (&pa)[MT][4], int ta, int tokb, const uint8_t* vs_base, bool mask_v) {
-      uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;
-      if (mask_v) {
-        keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
-        keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
-      }
+      uint32_t keep_lo, keep_hi;
+      v_pair_keep(ta, len, mask_v, keep_lo, keep_hi);
 #pragma unroll
       for (int q32 = 0; q32 < 4; ++q32) {
         const int token = tokb + (mat & 1) * 8 + mrow;
@@ -1245,11 +1254,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         // tokens of this lane's V fragment halves: lo regs -> tokb + 2(l%4) + {0,1}; hi regs -> +8
         const int ta = pos + tokb + 2 * (lane & 3);
         if constexpr (!T::kFp8) {
-          uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;
-          if (mask_v) {
-            keep_lo = (ta < len ? 0x0000ffffu : 0u) | (ta + 1 < len ? 0xffff0000u : 0u);
-            keep_hi = (ta + 8 < len ? 0x0000ffffu : 0u) | (ta + 9 < len ? 0xffff0000u : 0u);
-          }
+          uint32_t keep_lo, keep_hi;
+          v_pair_keep(ta, len, mask_v, keep_lo, keep_hi);
 #pragma unroll
           for (int dp = 0; dp < 8; ++dp) {
             const int token = tokb + (mat & 1) * 8 + mrow;
