@@ -62,8 +62,8 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, boo
 // zero-filled): measured 3-10% faster from 64 rows per expert on (hy3 / qwen3 TP8 at 1024-16384 tokens), but
 // 5% slower at qwen3 TP8 512 tokens (32 rows per expert: one tile per expert, weight-streaming, where the
 // wasted quarter is not repaid), so below 64 rows per expert those shapes keep 128 (session 6, run 4).
-// Down tiles need H % 256 == 0; with K = 192 (TP8 shards) they measured 1-3% slower with 256 rows (the
-// 128-row tile keeps a stage in flight), so they keep 128.
+// Down tiles need H % 256 == 0; 64-row ones with K = 192 (TP8 shards) measured 1-3% slower with 256 rows (the
+// 128-row tile keeps a stage in flight), so they keep 128 (128-row down tiles: down_tile_n below).
 HK_MOE_HD int gate_up_tile_n(bool block_scaled, int bm, int intermediate, int64_t rows_per_expert) {
   // intermediate: a multiple of 64 (validated); rows_per_expert: mean_rows_per_expert()
   return block_scaled || (bm == 64 && (intermediate % 128 == 0 || rows_per_expert >= 64)) ? 256 : 128;
@@ -107,9 +107,17 @@ constexpr int kWideDownBlockMinK = 512;
 HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int intermediate) {
   return gate_up_bm == 128 && (!block_scaled || intermediate >= kWideDownBlockMinK) ? 128 : bm;
 }
-HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int hidden, int intermediate) {
+// 128-row down tiles take 256 weight rows wherever H % 256 == 0, K = 192 included: each item stages its 128 A
+// rows once per 256 output columns instead of once per 128, and the down is bound by L2 traffic there (session
+// 20 run 4, ncu: L2 at 81-85% at qwen3 TP8 1024-2048 and hy3 TP8 4096 tokens). Measured on an H200 (session 20
+// run 5, same build, HOPPERKIT_MOE_DOWN_BN=256 against the rule before it, which kept 128 at I = 192): hy3 / qwen3 TP8
+// per-tensor 0.92-1.00x the time from 64 rows per expert (qwen3 1024 tokens 175.8 -> 171.0 us, 16384 1660 ->
+// 1598; hy3 16384 1724 -> 1590); 128 forced where the rule already took 256: 0.99-1.09x (deepseek TP8
+// block-wise 16384 tokens 3398 -> 3715 us).
+HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int down_bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
-  return bm == 64 && hidden % 256 == 0 && intermediate % 128 == 0 ? 256 : 128;
+  if (hidden % 256 != 0) return 128;
+  return (bm == 64 && intermediate % 128 == 0) || down_bm == 128 ? 256 : 128;
 }
 constexpr int kTileK = 128;
 
