@@ -110,6 +110,7 @@ def plan_sweeps(anchors: dict, args) -> list[tuple[Shape, str, list[int]]]:
             shape = make_shape(model, anchors["models"][model], mode)
             bss = [b for b in anchors["batch_sizes"][mode] if (not args.quick or b in QUICK_BS)
                    and (args.bs is None or b in args.bs)]
+            bss = sorted(set(bss) | set(args.extra_bs or ()))  # off-anchor sizes, e.g. for tile-height sweeps
             sweeps += [(shape, sc, bss) for sc in scalings_for(shape, args.scalings) if bss]
     return sweeps
 
@@ -632,6 +633,9 @@ def parse_args(argv=None):
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--scalings", default=",".join(SCALINGS))
     ap.add_argument("--bs", default=None, help="comma list: only these batch sizes of the anchors")
+    ap.add_argument("--extra-bs", default=None,
+                    help="comma list: batch sizes run in every sweep besides the anchors' (e.g. 768 for 48 rows per "
+                         "expert on Qwen3-235B, between the anchors' 512 and 1024)")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--quick", action="store_true", help=f"batch sizes {QUICK_BS} only, fewer replays")
     ap.add_argument("--max-seconds", type=float, default=BUDGET_DEFAULT_S,
@@ -645,6 +649,7 @@ def parse_args(argv=None):
     args.scalings = common.comma_list(args.scalings, SCALINGS, ap)
     args.impls = common.comma_list(args.impls, IMPLS, ap)
     args.bs = common.comma_list(args.bs, None, ap, int) if args.bs else None
+    args.extra_bs = common.comma_list(args.extra_bs, None, ap, int) if args.extra_bs else None
     return args, anchors
 
 
