@@ -160,10 +160,20 @@ def measure_ceilings(kinds: Iterable[str] = ("read", "copy")) -> dict:
 
 # ------------------------------------------------------------------------------------------- provenance
 def git_commit(fallbacks: Sequence[Callable[[], str | None]] = ()) -> str | None:
-    """$HOPPERKIT_COMMIT when set (a copy of the tree may carry a stale .git: device runs), else git rev-parse
-    HEAD of the repo, else the first fallback that answers."""
-    if os.environ.get("HOPPERKIT_COMMIT"):
-        return os.environ["HOPPERKIT_COMMIT"]
+    """$HOPPERKIT_COMMIT when set, else $HOPPERKIT_GIT_HASH (what scripts/gpu_round.sh names a build after), else
+    the first fallback that answers (the benchmarks pass the installed build's own record of its commit), else
+    git rev-parse HEAD of the repo. The repo's git comes last: a device copy of the tree may carry a stale .git
+    (session 20 run 5: direct benchmark calls named the device checkout's old HEAD, not the build's commit)."""
+    for var in ("HOPPERKIT_COMMIT", "HOPPERKIT_GIT_HASH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    for fb in fallbacks:
+        try:
+            value = fb()
+            if value and value != "unknown":
+                return str(value)
+        except Exception:  # noqa: BLE001 - provenance is best effort
+            pass
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                              timeout=10)
@@ -171,13 +181,6 @@ def git_commit(fallbacks: Sequence[Callable[[], str | None]] = ()) -> str | None
             return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    for fb in fallbacks:
-        try:
-            value = fb()
-            if value:
-                return str(value)
-        except Exception:  # noqa: BLE001 - provenance is best effort
-            pass
     return None
 
 
