@@ -294,19 +294,25 @@ THIRTY_TWO_ROW_CASES = [
                          ids=["i192_skewed", "first_mean", "last_mean_block", "block_skewed", "ep_fp8_in",
                               "ep_sparse_block", "ep_split_block", "h320"])
 def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
+    check_swapped_tiles(32, 16, T, H, I, E, K, kind, ep, fp8_input, block, seed=T + H + I + E + block)
+
+
+def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block, seed):
+    """One call whose index tiles must be `height` rows high, checked against the reference (run_case), and some
+    tile above `below` rows unless the routing is uniform with at most `below` rows per expert (then a tile past
+    `below` is likely, not certain): the kernels of that height ran."""
     from hopperkit.moe import _workspace_views
     if GATE_UP_BM:
-        pytest.skip("HOPPERKIT_MOE_GATEUP_BM forced: 32-row heights take the 64-row index")
-    _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + E + block,
-                        check_repeat=True)
-    assert index_block_m(T * K, E, block) == 32, "the case is meant for 32-row tiles"
+        pytest.skip(f"HOPPERKIT_MOE_GATEUP_BM forced: {height}-row heights take the 64-row index")
+    _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=seed, check_repeat=True)
+    assert index_block_m(T * K, E, block) == height, f"the case is meant for {height}-row tiles"
     E_local = E // 2 if ep else E
     v = _workspace_views(ws, T, K, H, I, E_local)
     n = int(v["num_tiles"])
     rows = v["tiles"][:n, 2]
-    assert n > 0 and int(rows.max()) <= 32, "tile heights"
-    if kind != "uniform" or T * K // E > 16:
-        assert int(rows.max()) > 16, "no tile above 16 rows: the 32-row kernels did not run"
+    assert n > 0 and int(rows.max()) <= height, "tile heights"
+    if kind != "uniform" or T * K // E > below:
+        assert int(rows.max()) > below, f"no tile above {below} rows: the {height}-row kernels did not run"
 
 
 # 48-row tiles (per-tensor, MOE_MAX_ROWS_BLOCK_M32 + 1 to MOE_MAX_ROWS_BLOCK_M48 rows per expert): the swapped
@@ -325,19 +331,7 @@ FORTY_EIGHT_ROW_CASES = [
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input", FORTY_EIGHT_ROW_CASES,
                          ids=["i192_skewed", "first_mean", "last_mean", "ep_fp8_in", "ep_sparse", "h320"])
 def test_48_row_tiles(T, H, I, E, K, kind, ep, fp8_input):
-    from hopperkit.moe import _workspace_views
-    if GATE_UP_BM:
-        pytest.skip("HOPPERKIT_MOE_GATEUP_BM forced: 48-row heights take the 64-row index")
-    _, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, fp8_input=fp8_input, seed=T + H + I + E + 48,
-                        check_repeat=True)
-    assert index_block_m(T * K, E, False) == 48, "the case is meant for 48-row tiles"
-    E_local = E // 2 if ep else E
-    v = _workspace_views(ws, T, K, H, I, E_local)
-    n = int(v["num_tiles"])
-    rows = v["tiles"][:n, 2]
-    assert n > 0 and int(rows.max()) <= 48, "tile heights"
-    if kind != "uniform" or T * K // E > 32:  # (uniform below: some expert above 32 rows is likely, not certain)
-        assert int(rows.max()) > 32, "no tile above 32 rows: the 48-row kernels did not run"
+    check_swapped_tiles(48, 32, T, H, I, E, K, kind, ep, fp8_input, False, seed=T + H + I + E + 48)
 
 
 # ------------------------------------------------------------------------------------------ model shapes
