@@ -114,7 +114,7 @@ void fused_moe(const MoeParams& p) {
   // Profiling aid (not for serving): HOPPERKIT_MOE_DOWN_BN=256 takes 256 weight rows per 64- or 128-row down
   // tile wherever H % 256 == 0 (e.g. 64-row tiles at I = 192, where down_tile_n() keeps 128); =128 keeps 128.
   static const int down_bn_forced = env_int("HOPPERKIT_MOE_DOWN_BN", 0, 0, 256);
-  a.down_tile_n = narrow ? 128 : down_tile_n(block, a.block_m, a.down_bm, p.hidden_size, p.intermediate);
+  a.down_tile_n = narrow ? 128 : down_tile_n(block, a.down_bm, p.hidden_size, p.intermediate);
   if (!narrow && down_bn_forced == 128) a.down_tile_n = 128;
   if (!narrow && down_bn_forced == 256 && a.down_bm >= 64 && p.hidden_size % 256 == 0) a.down_tile_n = 256;
   a.counters = reinterpret_cast<int32_t*>(ws + l.counters);

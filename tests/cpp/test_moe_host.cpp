@@ -45,15 +45,15 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(gate_up_tile_n(false, 64, 320, 43), 128);
   EXPECT_EQ(gate_up_tile_n(true, 16, 256, 4), 256);     // one tile holds a whole 128-column activation group
   EXPECT_EQ(gate_up_tile_n(true, 64, 1536, 20), 256);
-  EXPECT_EQ(down_tile_n(false, 16, 16, 4096, 1536), 128);
-  EXPECT_EQ(down_tile_n(false, 64, 64, 4096, 1536), 256);
-  EXPECT_EQ(down_tile_n(false, 64, 64, 4096, 192), 128);    // 64-row tiles, K = 192 (TP8): 128 rows measured faster
-  EXPECT_EQ(down_tile_n(false, 64, 128, 4096, 192), 256);   // 128-row tiles, K = 192: 256 (session 20 run 5)
-  EXPECT_EQ(down_tile_n(false, 64, 128, 192, 192), 128);    // ... but not past H
-  EXPECT_EQ(down_tile_n(false, 64, 64, 320, 256), 128);     // hidden 320: 256-column tiles would leave 3/8 empty
-  EXPECT_EQ(down_tile_n(true, 64, 64, 7168, 2048), 256);    // block-wise: one weight block per warpgroup
-  EXPECT_EQ(down_tile_n(true, 64, 128, 7168, 2048), 256);
-  EXPECT_EQ(down_tile_n(true, 16, 16, 7168, 2048), 128);
+  EXPECT_EQ(down_tile_n(false, 16, 4096, 1536), 128);
+  EXPECT_EQ(down_tile_n(false, 64, 4096, 1536), 256);
+  EXPECT_EQ(down_tile_n(false, 64, 4096, 192), 128);    // 64-row tiles, K = 192 (TP8): 128 rows measured faster
+  EXPECT_EQ(down_tile_n(false, 128, 4096, 192), 256);   // 128-row tiles, K = 192: 256 (session 20 run 5)
+  EXPECT_EQ(down_tile_n(false, 128, 192, 192), 128);    // ... but not past H
+  EXPECT_EQ(down_tile_n(false, 64, 320, 256), 128);     // hidden 320: 256-column tiles would leave 3/8 empty
+  EXPECT_EQ(down_tile_n(true, 64, 7168, 2048), 256);    // block-wise: one weight block per warpgroup
+  EXPECT_EQ(down_tile_n(true, 128, 7168, 2048), 256);
+  EXPECT_EQ(down_tile_n(true, 16, 7168, 2048), 128);
   // 128-row gate-up tiles: prefill from kWideGateUpMinRows rows per expert, both scalings (hy3 at 4096 tokens:
   // 171 rows per expert; at 2048, 86; at 1024, 43)
   EXPECT_EQ(gate_up_block_m(false, 64, mean_rows_per_expert(4096, 8, 192)), 128);

@@ -31,7 +31,8 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 //    (16-row tiles split each expert past 16 rows into two tiles that each stream its weights), qwen3 EP8 256
 //    0.98-1.04x; 22 rows (hy3 512): 0.84-0.88x the 64-row tiles' (one CTA per SM over mostly padding rows);
 //  * 11 rows (hy3 256): the 16-row tiles 7-9% faster; 32 rows (512-1024 tokens): the 64-row tiles 10-19%
-//    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (kept at 64: the majority).
+//    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (then kept at 64; per-tensor 48-row tiles
+//    since session 20, below).
 constexpr int kBlockMs[] = {16, 32, 48, 64};
 constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows
 constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64 (per-tensor: 48 up to kMaxRowsBlockM48)
@@ -114,10 +115,10 @@ HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int interm
 // per-tensor 0.92-1.00x the time from 64 rows per expert (qwen3 1024 tokens 175.8 -> 171.0 us, 16384 1660 ->
 // 1598; hy3 16384 1724 -> 1590); 128 forced where the rule already took 256: 0.99-1.09x (deepseek TP8
 // block-wise 16384 tokens 3398 -> 3715 us).
-HK_MOE_HD int down_tile_n(bool block_scaled, int bm, int down_bm, int hidden, int intermediate) {
+HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int intermediate) {
   (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   if (hidden % 256 != 0) return 128;
-  return (bm == 64 && intermediate % 128 == 0) || down_bm == 128 ? 256 : 128;
+  return (down_bm == 64 && intermediate % 128 == 0) || down_bm == 128 ? 256 : 128;
 }
 constexpr int kTileK = 128;
 
