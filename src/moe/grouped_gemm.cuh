@@ -497,16 +497,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
-    // swapped down: the ids of this thread's tile rows 8 j + 2 t4 + q (index 2 j + q), -1 past
-    int srow_id[2 * C::kSwapRowTiles];
+    // swapped down: the ids of the tile rows 8 j + g this thread stores (index j), -1 past
+    int srow_id[C::kSwapRowTiles];
     // 48-row down tiles load their row ids in the epilogue instead (held across the K loop, their 12 registers
     // push the kernel past the 168 that 2 CTAs per SM allow: 24 bytes of spills)
     constexpr bool kLateRowIds = C::kSwapAB && BM == 48;
     auto load_row_ids = [&] {
 #pragma unroll
-      for (int q = 0; q < 2 * C::kSwapRowTiles; ++q) {
-        const int r = 8 * (q >> 1) + 2 * t4 + (q & 1);
-        srow_id[q] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
+      for (int j = 0; j < C::kSwapRowTiles; ++j) {
+        const int r = 8 * j + g;
+        srow_id[j] = r < tile.z ? a.sorted_rows[tile.y + r] : -1;
       }
     };
     int out_rid[C::kOutChunks];  // staged down: the row id of each 16-byte chunk this lane stores, -1 past
@@ -938,26 +938,30 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     } else if constexpr (C::kSwapAB) {
       // acc[0][J b + j][i] (J = kSwapRowTiles): output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
-      // 8 j + 2 t4 + (i & 1)
+      // 8 j + 2 t4 + (i & 1). Per (j, b) and half hi: an 8 x 8 block of (output column g, tile rows 2 t4, 2 t4 + 1)
+      // pairs, the mma fragment layout, which movmatrix.trans turns into (tile row g, output columns 2 t4, 2 t4 + 1).
+      // Lanes t4 and t4 ^ 1 then trade halves: an even t4 holds columns 2 t4 .. 2 t4 + 3 of half 0, an odd one
+      // columns 8 + 2 t4 - 2 .. 8 + 2 t4 + 1 of half 1, so that the 4 lanes of a row store its 16 columns (32
+      // bytes, one sector) with 8-byte stores: a quarter of the 2-byte stores this took before.
       if constexpr (kLateRowIds) load_row_ids();
+      const bool odd = (t4 & 1) != 0;
+      const int col = n0 + 16 * warp + (odd ? 8 + 2 * t4 - 2 : 2 * t4);  // + 64 b
 #pragma unroll
-      for (int j = 0; j < C::kSwapRowTiles; ++j)
+      for (int j = 0; j < C::kSwapRowTiles; ++j) {
+        const int rid = srow_id[j];
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int rid = srow_id[2 * j + q];
-          if (rid < 0) continue;
-          uint16_t* dst_row = a.y + static_cast<int64_t>(rid) * H;
-#pragma unroll
-          for (int b = 0; b < C::kSwapBlocks; ++b)
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {
-              const int n = n0 + 64 * b + 16 * warp + g + 8 * hi;
-              if (n < H) {
-                dst_row[n] = static_cast<uint16_t>(
-                    pack_bf16x2(acc[0][C::kSwapRowTiles * b + j][2 * hi + q] * out_scale, 0.f));
-              }
-            }
+        for (int b = 0; b < C::kSwapBlocks; ++b) {
+          const float(&d)[4] = acc[0][C::kSwapRowTiles * b + j];
+          const uint32_t h0 = movmatrix_trans(pack_bf16x2(d[0] * out_scale, d[1] * out_scale));
+          const uint32_t h1 = movmatrix_trans(pack_bf16x2(d[2] * out_scale, d[3] * out_scale));
+          const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 1);
+          const int n = col + 64 * b;  // H % 8 == 0: the 4 columns are all in or all out
+          if (rid >= 0 && n < H) {
+            *reinterpret_cast<uint2*>(a.y + static_cast<int64_t>(rid) * H + n) =
+                odd ? make_uint2(got, h1) : make_uint2(h0, got);
+          }
         }
+      }
     }
     zero_acc();
   }
