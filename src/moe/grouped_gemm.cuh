@@ -499,8 +499,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     float out_scale = 1.f, a2 = 1.f, scale_x = 1.f, scale_w = 1.f;
     // swapped down: the ids of the tile rows 8 j + g this thread stores (index j), -1 past
     int srow_id[C::kSwapRowTiles];
-    // 48-row down tiles load their row ids in the epilogue instead (held across the K loop, their 12 registers
-    // push the kernel past the 168 that 2 CTAs per SM allow: 24 bytes of spills)
+    // 48-row down tiles load their row ids in the epilogue instead (held across the K loop, their 6 registers
+    // push the kernel past the 168 that 2 CTAs per SM allow: 12 bytes of spills; 12 registers and 24 bytes
+    // when each lane stored two rows per row tile)
     constexpr bool kLateRowIds = C::kSwapAB && BM == 48;
     auto load_row_ids = [&] {
 #pragma unroll
@@ -955,7 +956,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const uint32_t h0 = movmatrix_trans(pack_bf16x2(d[0] * out_scale, d[1] * out_scale));
           const uint32_t h1 = movmatrix_trans(pack_bf16x2(d[2] * out_scale, d[3] * out_scale));
           const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 1);
-          const int n = col + 64 * b;  // H % 8 == 0: the 4 columns are all in or all out
+          const int n = col + 64 * b;  // H % 64 == 0 (validated), n % 4 == 0: all 4 columns in or out
           if (rid >= 0 && n < H) {
             *reinterpret_cast<uint2*>(a.y + static_cast<int64_t>(rid) * H + n) =
                 odd ? make_uint2(got, h1) : make_uint2(h0, got);
