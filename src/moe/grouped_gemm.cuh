@@ -884,16 +884,28 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           consumer_sync();  // every row's amax is read before it is cleared for the next task
           if (tid < BM) s_amax[tid] = 0u;
         }
+        // The codes as the accumulators hold them (column g + 8 hi, tile rows 2 t4 and 2 t4 + 1), each in the low
+        // byte of a b16 element, then the swapped down's transpose (below): movmatrix.trans gives (tile row g,
+        // columns 2 t4, 2 t4 + 1), lanes t4 and t4 ^ 1 trade halves, and each lane stores 4 consecutive codes of
+        // its row (4 lanes: 16 bytes per row) instead of 4 single bytes.
+        const bool odd = (t4 & 1) != 0;
+        const int col = n0 + 16 * warp + (odd ? 8 + 2 * t4 - 2 : 2 * t4);  // + 64 b
 #pragma unroll
-        for (int nt = 0; nt < kHalf; ++nt)
+        for (int nt = 0; nt < kHalf; ++nt) {
+          const int j = nt % J, r = 8 * j + g;
+          uint32_t c[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int j = nt % J, r = 8 * j + 2 * t4 + (i & 1);
-            if (r < rows) {
-              a.act[static_cast<int64_t>(row_begin + r) * I + n0 + 64 * (nt / J) + 16 * warp + g + 8 * (i >> 1)] =
-                  __nv_cvt_float_to_fp8(h[0][nt][i] / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
-            }
+            c[i] = __nv_cvt_float_to_fp8(h[0][nt][i] / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
           }
+          const uint32_t h0 = movmatrix_trans(c[0] | (c[1] << 16));
+          const uint32_t h1 = movmatrix_trans(c[2] | (c[3] << 16));
+          const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 1);
+          if (r < rows) {  // bytes 0 and 2 of each word are the codes (0x6420: x.b0, x.b2, y.b0, y.b2)
+            *reinterpret_cast<uint32_t*>(a.act + static_cast<int64_t>(row_begin + r) * I + col + 64 * (nt / J)) =
+                odd ? __byte_perm(got, h1, 0x6420) : __byte_perm(h0, got, 0x6420);
+          }
+        }
       } else {
 #pragma unroll
         for (int mt = 0; mt < C::kMT; ++mt) {
