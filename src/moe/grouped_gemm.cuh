@@ -895,8 +895,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const int j = nt % J, r = 8 * j + g;
           uint32_t c[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            c[i] = __nv_cvt_float_to_fp8(h[0][nt][i] / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
+          for (int i = 0; i < 4; ++i) {  // padding rows divide 1, not their 0 (IEEE division's slow path, as for
+            // SiLU above); their codes are never stored
+            const float v = 8 * j + 2 * t4 + (i & 1) < rows ? h[0][nt][i] : 1.f;
+            c[i] = __nv_cvt_float_to_fp8(v / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
           }
           const uint32_t h0 = movmatrix_trans(c[0] | (c[1] << 16));
           const uint32_t h1 = movmatrix_trans(c[2] | (c[3] << 16));
