@@ -67,9 +67,19 @@ __device__ void build_index(const MoeKernelArgs& a) {
     }
   };
   int my_dropped = 0;
+  // the first batch's experts stay in registers for the placement below: at decode (up to kPrepThreads x
+  // kIndexBatch entries) that is every entry, and the placement does not reload them (two dependent global
+  // round trips, the topk id and then the expert map, on the prep kernel's critical path)
+  int e0[kIndexBatch];
+  load_batch(0, e0);
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
     int e[kIndexBatch];
-    load_batch(base, e);
+    if (base == 0) {
+#pragma unroll
+      for (int j = 0; j < kIndexBatch; ++j) e[j] = e0[j];
+    } else {
+      load_batch(base, e);
+    }
 #pragma unroll
     for (int j = 0; j < kIndexBatch; ++j) {
       if (e[j] >= 0) {
@@ -110,7 +120,12 @@ __device__ void build_index(const MoeKernelArgs& a) {
   }
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
     int e[kIndexBatch];
-    load_batch(base, e);
+    if (base == 0) {
+#pragma unroll
+      for (int j = 0; j < kIndexBatch; ++j) e[j] = e0[j];
+    } else {
+      load_batch(base, e);
+    }
 #pragma unroll
     for (int j = 0; j < kIndexBatch; ++j) {
       if (e[j] >= 0) a.sorted_rows[row_off[e[j]] + atomicAdd(&cursor[e[j]], 1)] = base + j * kPrepThreads + tid;
