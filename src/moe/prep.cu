@@ -67,19 +67,22 @@ __device__ void build_index(const MoeKernelArgs& a) {
     }
   };
   int my_dropped = 0;
-  // the first batch's experts stay in registers for the placement below: at decode (up to kPrepThreads x
-  // kIndexBatch entries) that is every entry, and the placement does not reload them (two dependent global
-  // round trips, the topk id and then the expert map, on the prep kernel's critical path)
+  // the first batch's experts stay in registers for the placement below, which then does not reload them (two
+  // dependent global round trips, the topk id and then the expert map, on the prep kernel's critical path); up
+  // to kPrepThreads x kIndexBatch entries (every decode call) that is every entry
   int e0[kIndexBatch];
   load_batch(0, e0);
-  for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
-    int e[kIndexBatch];
+  auto batch_at = [&](int base, int (&e)[kIndexBatch]) {  // the kept first batch, or a later one loaded
     if (base == 0) {
 #pragma unroll
       for (int j = 0; j < kIndexBatch; ++j) e[j] = e0[j];
     } else {
       load_batch(base, e);
     }
+  };
+  for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
+    int e[kIndexBatch];
+    batch_at(base, e);
 #pragma unroll
     for (int j = 0; j < kIndexBatch; ++j) {
       if (e[j] >= 0) {
@@ -120,12 +123,7 @@ __device__ void build_index(const MoeKernelArgs& a) {
   }
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
     int e[kIndexBatch];
-    if (base == 0) {
-#pragma unroll
-      for (int j = 0; j < kIndexBatch; ++j) e[j] = e0[j];
-    } else {
-      load_batch(base, e);
-    }
+    batch_at(base, e);
 #pragma unroll
     for (int j = 0; j < kIndexBatch; ++j) {
       if (e[j] >= 0) a.sorted_rows[row_off[e[j]] + atomicAdd(&cursor[e[j]], 1)] = base + j * kPrepThreads + tid;
