@@ -27,8 +27,10 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(385, 8, 128), 48);    // just above 24 rows per expert: per-tensor 48
   EXPECT_EQ(block_m(385, 8, 128, true), 64);  // block-wise 64 (no 48-row block-wise tiles)
   EXPECT_EQ(block_m(512, 8, 128), 48);    // 32 (Qwen3-235B TP8, 512 tokens)
-  EXPECT_EQ(block_m(768, 8, 128), 48);    // 48
-  EXPECT_EQ(block_m(769, 8, 128), 64);    // just above 48 rows per expert
+  EXPECT_EQ(block_m(688, 8, 128), 48);    // 43
+  EXPECT_EQ(block_m(689, 8, 128), 64);    // just above 43 rows per expert
+  EXPECT_EQ(block_m(768, 8, 128), 64);    // 48 (Qwen3-235B TP8, 768 tokens: 64-row tiles 0.83x the 48-row's)
+  EXPECT_EQ(block_m(1024, 8, 192), 48);   // 43 (Hy3 1024 tokens)
   EXPECT_EQ(block_m(1024, 8, 128), 64);
   EXPECT_EQ(block_m(16384, 8, 256), 64);
   for (int blk = 0; blk < 2; ++blk) {

@@ -45,8 +45,12 @@ constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64 (per-tensor:
 //    fastest height on three (qwen3 EP8: 1.05x the 32-row's); 42 rows (hy3 1024): 0.88-0.96x the 64-row's;
 //  * 64 rows (deepseek 2048, qwen3 1024): the 64-row tiles 0.73-0.84x the 48-row tiles' (two 48-row tiles per
 //    expert); 21 and fewer rows: the 32-row tiles 0.91-0.98x the 48-row tiles'.
-// The limit sits where a mean expert still fits one 48-row tile; 43-63 rows were not measured.
-constexpr int64_t kMaxRowsBlockM48 = 48;
+// Session 21 run 1 (48 and 64 forced on one build, per-tensor, every model and mode at 768-1792 tokens) moved the
+// limit down from 48: at a mean of 48 rows about half the experts take a second 48-row tile, and the 64-row
+// tiles took 0.83-0.93x the 48-row tiles' time (qwen3 768, deepseek 1536, hy3 1152 tokens; TP8 and EP8); at 43
+// (hy3 1024) the 48-row tiles 0.91-0.97x the 64-row tiles'; at 36-42 (deepseek 1152-1344) the 48-row tiles
+// 0.89-0.98x under EP8 but 1.04-1.07x under TP8 (kept at 48: mixed). 44-47 rows were not measured.
+constexpr int64_t kMaxRowsBlockM48 = 43;
 HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
   if (r <= kMaxRowsBlockM16) return 16;
