@@ -456,6 +456,13 @@ int64_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedi
       block_scaled ? moe::MoeScaling::kBlock128 : moe::MoeScaling::kPerTensor));
 }
 
+// The routing index's tile height fused_moe picks on the current device (moe::moe_tile_rows).
+int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
+                  bool block_scaled) {
+  return moe::moe_tile_rows(num_tokens, top_k, num_global_experts, num_local_experts, intermediate,
+                            block_scaled ? moe::MoeScaling::kBlock128 : moe::MoeScaling::kPerTensor);
+}
+
 // Byte offsets of the workspace's buffers for a call of `tokens` tokens (tests read the routing index and the
 // intermediate activations through them).
 nb::dict moe_workspace_layout(int64_t tokens, int top_k, int hidden, int intermediate, int num_local_experts) {
@@ -637,6 +644,7 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale"), nb::arg("stream"));
   m.def("attention_prologue", guarded(&attention_prologue));
   m.def("moe_workspace_bytes", guarded(&moe_workspace_bytes));
+  m.def("moe_tile_rows", guarded(&moe_tile_rows));
   m.def("fused_moe", guarded(&fused_moe));
   m.def("moe_workspace_layout", guarded(&moe_workspace_layout));
   m.attr("DTYPE_BF16") = static_cast<int>(DType::kBF16);
@@ -652,4 +660,5 @@ NB_MODULE(_C, m) {
   m.attr("MOE_MAX_ROWS_BLOCK_M16") = static_cast<int64_t>(moe::kMaxRowsBlockM16);
   m.attr("MOE_MAX_ROWS_BLOCK_M32") = static_cast<int64_t>(moe::kMaxRowsBlockM32);
   m.attr("MOE_MAX_ROWS_BLOCK_M48") = static_cast<int64_t>(moe::kMaxRowsBlockM48);
+  m.attr("MOE_MAX_ROWS_BLOCK_M32_BLOCK") = static_cast<int64_t>(moe::kMaxRowsBlockM32Block);
 }

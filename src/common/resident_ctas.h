@@ -1,4 +1,4 @@
-// The size of a persistent grid (host only): the MoE GEMMs and reduce, the prologue's pair kernel.
+// The size of a persistent grid (host only): the MoE GEMMs and reduce, the prologue's pair kernel; the SM count.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +33,20 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (
     cache[dev].store(res, std::memory_order_release);
   }
   return res;
+}
+
+// SMs of the current device, queried on the first call per device and cached (host only).
+inline int device_sm_count() {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  int dev = 0;
+  HK_CUDA_CHECK(cudaGetDevice(&dev));
+  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  int sms = cache[dev].load(std::memory_order_acquire);
+  if (sms == 0) {
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cache[dev].store(sms, std::memory_order_release);
+  }
+  return sms;
 }
 
 }  // namespace hopperkit

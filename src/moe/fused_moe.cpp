@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/env_switch.h"
+#include "common/resident_ctas.h"
 #include "hopperkit/error.h"
 #include "hopperkit/moe/moe.h"
 #include "moe/launch.h"
@@ -23,6 +24,21 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedia
            "1.." + std::to_string(kMaxExperts), num_local_experts);
   (void)scaling;  // the layout reserves scale space for both schemes
   return moe_workspace_layout(max_tokens, top_k, hidden, intermediate, num_local_experts).total_bytes;
+}
+
+int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
+                  MoeScaling scaling) {
+  HK_CHECK(kValue, num_tokens >= 0 && num_tokens <= kMaxTokens, "num_tokens", "0.." + std::to_string(kMaxTokens),
+           num_tokens);
+  HK_CHECK(kValue, top_k >= 1 && top_k <= kMaxTopK, "top_k", "1.." + std::to_string(kMaxTopK), top_k);
+  HK_CHECK(kValue, num_global_experts >= 1 && num_global_experts <= kMaxExperts, "num_global_experts",
+           "1.." + std::to_string(kMaxExperts), num_global_experts);
+  HK_CHECK(kValue, num_local_experts >= 1 && num_local_experts <= num_global_experts, "num_local_experts",
+           "1..num_global_experts (" + std::to_string(num_global_experts) + ")", num_local_experts);
+  HK_CHECK(kValue, intermediate > 0, "intermediate", "> 0", intermediate);
+  const bool block = scaling == MoeScaling::kBlock128;
+  return block_m(num_tokens, top_k, num_global_experts, block,
+                 block && block_wise_32_rows_fit(num_local_experts, intermediate, device_sm_count()));
 }
 
 void fused_moe(const MoeParams& p) {
@@ -75,7 +91,9 @@ void fused_moe(const MoeParams& p) {
   static const int block_m_forced = env_int("HOPPERKIT_MOE_BLOCK_M", 0, 0, 64);
   const bool forced_ok = block_m_forced == 16 || block_m_forced == 32 || block_m_forced == 64 ||
                          (block_m_forced == 48 && !block);
-  a.block_m = forced_ok ? block_m_forced : block_m(p.num_tokens, p.top_k, p.num_global_experts, block);
+  a.block_m = forced_ok ? block_m_forced
+                        : moe_tile_rows(p.num_tokens, p.top_k, p.num_global_experts, p.num_local_experts,
+                                        p.intermediate, p.scaling);
   a.block_scaled = block ? 1 : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
   // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled

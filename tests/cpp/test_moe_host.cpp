@@ -25,7 +25,20 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(512, 8, 192), 32);    // 22 (Hy3 TP8, 512 tokens)
   EXPECT_EQ(block_m(384, 8, 128), 32);    // 24
   EXPECT_EQ(block_m(385, 8, 128), 48);    // just above 24 rows per expert: per-tensor 48
-  EXPECT_EQ(block_m(385, 8, 128, true), 64);  // block-wise 64 (no 48-row block-wise tiles)
+  EXPECT_EQ(block_m(385, 8, 128, true), 64);  // block-wise 64 (no 48-row block-wise tiles) with many tasks
+  EXPECT_EQ(block_m(385, 8, 128, true, true), 32);  // ... 32 with few (block_wise_32_rows_fit)
+  EXPECT_EQ(block_m(512, 8, 128, true, true), 32);  // 32 (Qwen3-235B EP8, 512 tokens)
+  EXPECT_EQ(block_m(513, 8, 128, true, true), 64);  // just above 32 rows per expert
+  EXPECT_EQ(block_m(512, 8, 128, false, true), 48);  // per-tensor: the flag does not apply
+  // gate-up tasks at one tile per expert (local experts x I / 128) against 3 per SM (132 SMs: 396)
+  EXPECT_TRUE(block_wise_32_rows_fit(16, 1536, 132));    // Qwen3-235B EP8: 192
+  EXPECT_TRUE(block_wise_32_rows_fit(24, 1536, 132));    // Hy3 EP8: 288
+  EXPECT_FALSE(block_wise_32_rows_fit(32, 2048, 132));   // DeepSeek-V3 EP8: 512
+  EXPECT_FALSE(block_wise_32_rows_fit(256, 256, 132));   // DeepSeek-V3 TP8: 512
+  EXPECT_TRUE(block_wise_32_rows_fit(33, 1536, 132));    // 396: the limit
+  EXPECT_FALSE(block_wise_32_rows_fit(34, 1536, 132));
+  EXPECT_TRUE(block_wise_32_rows_fit(16, 192, 132));     // I = 192: two tasks per expert (ceil)
+  EXPECT_FALSE(block_wise_32_rows_fit(16, 1536, 60));    // fewer SMs: 192 > 180
   EXPECT_EQ(block_m(512, 8, 128), 48);    // 32 (Qwen3-235B TP8, 512 tokens)
   EXPECT_EQ(block_m(688, 8, 128), 48);    // 43
   EXPECT_EQ(block_m(689, 8, 128), 64);    // just above 43 rows per expert
@@ -33,11 +46,12 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(1024, 8, 192), 48);   // 43 (Hy3 1024 tokens)
   EXPECT_EQ(block_m(1024, 8, 128), 64);
   EXPECT_EQ(block_m(16384, 8, 256), 64);
-  for (int blk = 0; blk < 2; ++blk) {
+  for (int blk = 0; blk < 4; ++blk) {  // per-tensor / block-wise, each with few or many gate-up tasks
+    const bool block = blk & 1, fits = blk & 2;
     for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows
-      const int bm = block_m(t, 8, 128, blk == 1);
-      EXPECT_TRUE(bm == 16 || bm == 32 || (bm == 48 && blk == 0) || bm == 64) << t;
-      EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128, blk == 1), bm) << t;
+      const int bm = block_m(t, 8, 128, block, fits);
+      EXPECT_TRUE(bm == 16 || bm == 32 || (bm == 48 && !block) || bm == 64) << t;
+      EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128, block, fits), bm) << t;
     }
   }
   EXPECT_EQ(gate_up_tile_n(false, 16, 2048, 8), 128);   // decode tiles: 128 weight rows (2 CTAs per SM)

@@ -275,13 +275,15 @@ def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
 
 
-# 32-row tiles (block_m() from MOE_MAX_ROWS_BLOCK_M16 + 1 to MOE_MAX_ROWS_BLOCK_M32 rows per expert): the 16-row
+# 32-row tiles (block_m() from MOE_MAX_ROWS_BLOCK_M16 + 1 to MOE_MAX_ROWS_BLOCK_M32 rows per expert, block-wise to
+# MOE_MAX_ROWS_BLOCK_M32_BLOCK where the gate-up's tasks are few per SM): the 16-row
 # tiles' swapped wgmma at N = 32 (four n8 tiles of rows per 64 weight rows), both GEMMs, both scalings
 THIRTY_TWO_ROW_CASES = [
     # T, H, I, E_global, K, kind, ep, fp8_input, block
     (250, 512, 192, 64, 6, "skewed", False, False, False),  # 24 rows per expert, I = 192: down K tail of 64
     (64, 256, 256, 16, 4, "uniform", False, False, False),  # 16 rows per expert: the first 32-row mean
-    (96, 256, 256, 16, 4, "uniform", False, False, True),   # 24: the last; block-wise (gate-up 32 x 256)
+    (96, 256, 256, 16, 4, "uniform", False, False, True),   # 24: the last per-tensor; block-wise (gate-up 32 x 256)
+    (128, 256, 256, 16, 4, "uniform", False, False, True),  # 32: block-wise's last with few tasks (two tiles past 32)
     (180, 512, 256, 64, 8, "skewed", False, False, True),   # block-wise, partial tiles (split-K: S = 1 here)
     (160, 384, 256, 32, 4, "uniform", True, True, False),   # EP (half the experts remote), fp8 input
     (160, 384, 256, 32, 4, "sparse", True, True, True),     # ... block-wise, few experts with many rows
@@ -291,8 +293,8 @@ THIRTY_TWO_ROW_CASES = [
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", THIRTY_TWO_ROW_CASES,
-                         ids=["i192_skewed", "first_mean", "last_mean_block", "block_skewed", "ep_fp8_in",
-                              "ep_sparse_block", "ep_split_block", "h320"])
+                         ids=["i192_skewed", "first_mean", "last_mean_block", "last_block_mean", "block_skewed",
+                              "ep_fp8_in", "ep_sparse_block", "ep_split_block", "h320"])
 def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     check_swapped_tiles(32, 16, T, H, I, E, K, kind, ep, fp8_input, block, seed=T + H + I + E + block)
 
@@ -305,8 +307,8 @@ def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block
     if GATE_UP_BM:
         pytest.skip(f"HOPPERKIT_MOE_GATEUP_BM forced: {height}-row heights take the 64-row index")
     _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=seed, check_repeat=True)
-    assert index_block_m(T * K, E, block) == height, f"the case is meant for {height}-row tiles"
     E_local = E // 2 if ep else E
+    assert index_block_m(T, K, E, block, E_local, I) == height, f"the case is meant for {height}-row tiles"
     v = _workspace_views(ws, T, K, H, I, E_local)
     n = int(v["num_tiles"])
     rows = v["tiles"][:n, 2]
@@ -372,13 +374,11 @@ def test_max_tokens():
 INDEX_MODE = os.environ.get("HOPPERKIT_MOE_INDEX", "")
 
 
-def index_block_m(rows, E_global, block):
-    """The routing index's tile height for `rows` entries over E_global experts (block_m() in heuristics.h; with
-    HOPPERKIT_MOE_GATEUP_BM forced, 32- and 48-row heights take the 64-row index, see fused_moe.cpp)."""
-    mean = -(-rows // E_global)
-    C = _core._C
-    bm = (16 if mean <= C.MOE_MAX_ROWS_BLOCK_M16 else 32 if mean <= C.MOE_MAX_ROWS_BLOCK_M32
-          else 48 if not block and mean <= C.MOE_MAX_ROWS_BLOCK_M48 else 64)
+def index_block_m(T, K, E_global, block, E_local, I):
+    """The routing index's tile height of a call (the library's own choice on this device, moe_tile_rows: block_m()
+    in heuristics.h; with HOPPERKIT_MOE_GATEUP_BM forced, 32- and 48-row heights take the 64-row index, see
+    fused_moe.cpp)."""
+    bm = _core.call("moe_tile_rows", T, K, E_global, E_local, I, block)
     return 64 if bm in (32, 48) and GATE_UP_BM in ("64", "128") else bm
 
 
@@ -467,7 +467,7 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
     assert int(v["dropped"]) == int((local < 0).sum())
     check_index_path(v, T * K, E, E_global, counts, int((local < 0).sum()))
-    bm = index_block_m(T * K, E_global, True)  # block-scaled weights (make_weights above)
+    bm = index_block_m(T, K, E_global, True, E, I)  # block-scaled weights (make_weights above)
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
     assert int(v["num_tiles"]) == n_tiles, f"num_tiles {int(v['num_tiles'])} != {n_tiles}"
@@ -577,7 +577,7 @@ def test_stages_match_reference(T, block):
     hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, workspace=ws, **kw)
     torch.cuda.synchronize()
     v = _workspace_views(ws, T, K, H, I, E)
-    bm = index_block_m(T * K, E, block)
+    bm = index_block_m(T, K, E, block, E, I)
     # routing index
     counts = torch.bincount(ids.flatten().long(), minlength=E)
     off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")

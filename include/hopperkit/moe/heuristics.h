@@ -35,7 +35,7 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 //    since session 20, below).
 constexpr int kBlockMs[] = {16, 32, 48, 64};
 constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows
-constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64 (per-tensor: 48 up to kMaxRowsBlockM48)
+constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 48 up to kMaxRowsBlockM48 (block-wise: below), then 64
 // 48-row tiles (per-tensor only: the block-wise gate-up's 256 weight rows would need 288 accumulator and partial
 // registers): the swapped path at N = 48, so that an expert of 25-48 rows is one tile streamed by a CTA of the
 // 2-per-SM decode kind instead of a 64-row tile at one CTA per SM (session 19 run 4: the 64-row tiles at 32-43
@@ -51,11 +51,32 @@ constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 64 (per-tensor:
 // (hy3 1024) the 48-row tiles 0.91-0.97x the 64-row tiles'; at 36-42 (deepseek 1152-1344) the 48-row tiles
 // 0.89-0.98x under EP8 but 1.04-1.07x under TP8 (kept at 48: mixed). 44-47 rows were not measured.
 constexpr int64_t kMaxRowsBlockM48 = 43;
-HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false) {
+// Block-wise has no 48-row tiles: from kMaxRowsBlockM32 + 1 to kMaxRowsBlockM32Block rows per expert it keeps the
+// 32-row tiles (an expert past 32 rows takes a second one) where their extra tiles fill CTA slots the first row
+// of tiles leaves idle: the gate-up's tasks at one tile per expert (local experts x I / 128: 256 weight rows
+// per block-wise task) at most kBlockM32MaxTasksPerSm per SM (block_wise_32_rows_fit). Measured on an H200
+// (session 21 run 4: 32 and 64 forced on one build, every block-wise model and mode at 384-2048 tokens):
+//  * Qwen3-235B EP8 (16 local experts x 12 = 192 tasks, 1.5 per SM) at 24-32 rows: the 64-row tiles 1.16-1.18x
+//    the 32-row tiles' time; Hy3 EP8 (24 x 12 = 288, 2.2 per SM) at 16-32 rows: 1.14-1.16x;
+//  * DeepSeek-V3 EP8 and TP8 (32 x 16 and 256 x 2 = 512, 3.9 per SM) at 24-28 rows: 0.97-1.01x, at 32 rows
+//    0.86-0.90x (the 32-row tiles lose);
+//  * 38-48 rows: the 64-row tiles 0.91-1.01x on Qwen3 and Hy3 (kept at 64 from 33 rows).
+// Per-tensor (32 against 48-row tiles) showed no such pattern (session 21 run 3: at 27-32 rows the 32-row tiles
+// 4-5% faster under EP8, 8-12% slower under TP8 at 32 rows, on the same task counts), so it keeps its limits.
+constexpr int64_t kMaxRowsBlockM32Block = 32;
+constexpr int64_t kBlockM32MaxTasksPerSm = 3;
+HK_MOE_HD bool block_wise_32_rows_fit(int num_local_experts, int intermediate, int num_sms) {
+  return static_cast<int64_t>(num_local_experts) * ((intermediate + 127) / 128) <=
+         kBlockM32MaxTasksPerSm * static_cast<int64_t>(num_sms);
+}
+// block32_fits: block_wise_32_rows_fit() for the call's shape and device (block-scaled only)
+HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false,
+                      bool block32_fits = false) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
   if (r <= kMaxRowsBlockM16) return 16;
   if (r <= kMaxRowsBlockM32) return 32;
-  return !block_scaled && r <= kMaxRowsBlockM48 ? 48 : 64;
+  if (block_scaled) return block32_fits && r <= kMaxRowsBlockM32Block ? 32 : 64;
+  return r <= kMaxRowsBlockM48 ? 48 : 64;
 }
 
 // Weight rows one GEMM tile covers (the N extent): 128 or 256. Gate-up tiles hold matching gate and up rows

@@ -61,6 +61,12 @@ void validate_moe(const MoeParams& params);
 size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermediate, int num_local_experts,
                            MoeScaling scaling);
 
+// The routing index's tile height (rows of one expert per GEMM tile: 16, 32, 48 or 64) that fused_moe picks for
+// this shape on the current device (the block_m heuristic, include/hopperkit/moe/heuristics.h), for tests and
+// introspection. Throws hopperkit::Error on arguments outside fused_moe's limits.
+int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
+                  MoeScaling scaling);
+
 // Validates, then launches the fused MoE on params.stream. Throws hopperkit::Error (nothing launched) on bad
 // input. Rows routed to experts that are not local (expert_map -1, or ids outside [0, num_global_experts))
 // contribute nothing.
