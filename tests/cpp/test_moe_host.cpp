@@ -37,7 +37,7 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_FALSE(block_wise_32_rows_fit(256, 256, 132));   // DeepSeek-V3 TP8: 512
   EXPECT_TRUE(block_wise_32_rows_fit(33, 1536, 132));    // 396: the limit
   EXPECT_FALSE(block_wise_32_rows_fit(34, 1536, 132));
-  EXPECT_TRUE(block_wise_32_rows_fit(16, 192, 132));     // I = 192: two tasks per expert (ceil)
+  EXPECT_FALSE(block_wise_32_rows_fit(34, 1472, 132));   // I not a multiple of 128: 34 x 12 = 408 (ceil)
   EXPECT_FALSE(block_wise_32_rows_fit(16, 1536, 60));    // fewer SMs: 192 > 180
   EXPECT_EQ(block_m(512, 8, 128), 48);    // 32 (Qwen3-235B TP8, 512 tokens)
   EXPECT_EQ(block_m(688, 8, 128), 48);    // 43

@@ -293,7 +293,7 @@ THIRTY_TWO_ROW_CASES = [
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", THIRTY_TWO_ROW_CASES,
-                         ids=["i192_skewed", "first_mean", "last_mean_block", "last_block_mean", "block_skewed",
+                         ids=["i192_skewed", "first_mean", "last_mean_block", "block_32_rows_few_tasks", "block_skewed",
                               "ep_fp8_in", "ep_sparse_block", "ep_split_block", "h320"])
 def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     check_swapped_tiles(32, 16, T, H, I, E, K, kind, ep, fp8_input, block, seed=T + H + I + E + block)

@@ -47,7 +47,7 @@ constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 48 up to kMaxRo
 //    expert); 21 and fewer rows: the 32-row tiles 0.91-0.98x the 48-row tiles'.
 // Session 21 run 1 (48 and 64 forced on one build, per-tensor, every model and mode at 768-1792 tokens) moved the
 // limit down from 48: at a mean of 48 rows about half the experts take a second 48-row tile, and the 64-row
-// tiles took 0.83-0.93x the 48-row tiles' time (qwen3 768, deepseek 1536, hy3 1152 tokens; TP8 and EP8); at 43
+// tiles took 0.83-0.96x the 48-row tiles' time (qwen3 768, deepseek 1536, hy3 1152 tokens; TP8 and EP8); at 43
 // (hy3 1024) the 48-row tiles 0.91-0.97x the 64-row tiles'; at 36-42 (deepseek 1152-1344) the 48-row tiles
 // 0.89-0.98x under EP8 but 1.04-1.07x under TP8 (kept at 48: mixed). 44-47 rows were not measured.
 constexpr int64_t kMaxRowsBlockM48 = 43;
@@ -61,15 +61,18 @@ constexpr int64_t kMaxRowsBlockM48 = 43;
 //  * DeepSeek-V3 EP8 and TP8 (32 x 16 and 256 x 2 = 512, 3.9 per SM) at 24-28 rows: 0.97-1.01x, at 32 rows
 //    0.86-0.90x (the 32-row tiles lose);
 //  * 38-48 rows: the 64-row tiles 0.91-1.01x on Qwen3 and Hy3 (kept at 64 from 33 rows).
-// Per-tensor (32 against 48-row tiles) showed no such pattern (session 21 run 3: at 27-32 rows the 32-row tiles
-// 4-5% faster under EP8, 8-12% slower under TP8 at 32 rows, on the same task counts), so it keeps its limits.
+// Per-tensor (32 against 48-row tiles) follows the task count only in part, so it keeps its limits: DeepSeek-V3
+// (many tasks) at 26-32 rows 5-27% slower with 32-row tiles (run 4), but Qwen3 and Hy3 (few) faster with them
+// under EP8 (4-5% at 27-32 rows) and slower under TP8 at 32 rows (8-13%), at the same task counts (run 3).
+// The cut at 3 tasks per SM lies between the measured 2.2 (32-row tiles win) and 3.9 (they lose).
 constexpr int64_t kMaxRowsBlockM32Block = 32;
 constexpr int64_t kBlockM32MaxTasksPerSm = 3;
 HK_MOE_HD bool block_wise_32_rows_fit(int num_local_experts, int intermediate, int num_sms) {
   return static_cast<int64_t>(num_local_experts) * ((intermediate + 127) / 128) <=
          kBlockM32MaxTasksPerSm * static_cast<int64_t>(num_sms);
 }
-// block32_fits: block_wise_32_rows_fit() for the call's shape and device (block-scaled only)
+// block32_fits: block_wise_32_rows_fit() for the call's shape and device; block-scaled callers must pass it
+// (fused_moe does, through moe_tile_rows), or 25-32 rows per expert get 64-row tiles where fused_moe runs 32
 HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false,
                       bool block32_fits = false) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);

@@ -62,8 +62,9 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedia
                            MoeScaling scaling);
 
 // The routing index's tile height (rows of one expert per GEMM tile: 16, 32, 48 or 64) that fused_moe picks for
-// this shape on the current device (the block_m heuristic, include/hopperkit/moe/heuristics.h), for tests and
-// introspection. Throws hopperkit::Error on arguments outside fused_moe's limits.
+// this shape on the current device when no HOPPERKIT_MOE_* profiling switch is set (the block_m heuristic,
+// include/hopperkit/moe/heuristics.h), for tests and introspection. Throws hopperkit::Error on arguments outside
+// fused_moe's limits; block-wise scaling asks the current device for its SM count (a CUDA error throws too).
 int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
                   MoeScaling scaling);
 
