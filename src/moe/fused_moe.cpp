@@ -8,6 +8,7 @@
 #include "hopperkit/error.h"
 #include "hopperkit/moe/moe.h"
 #include "moe/launch.h"
+#include "moe/routing_checks.h"
 #include "moe/workspace_layout.h"
 
 namespace hopperkit {
@@ -28,13 +29,7 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedia
 
 int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
                   MoeScaling scaling) {
-  HK_CHECK(kValue, num_tokens >= 0 && num_tokens <= kMaxTokens, "num_tokens", "0.." + std::to_string(kMaxTokens),
-           num_tokens);
-  HK_CHECK(kValue, top_k >= 1 && top_k <= kMaxTopK, "top_k", "1.." + std::to_string(kMaxTopK), top_k);
-  HK_CHECK(kValue, num_global_experts >= 1 && num_global_experts <= kMaxExperts, "num_global_experts",
-           "1.." + std::to_string(kMaxExperts), num_global_experts);
-  HK_CHECK(kValue, num_local_experts >= 1 && num_local_experts <= num_global_experts, "num_local_experts",
-           "1..num_global_experts (" + std::to_string(num_global_experts) + ")", num_local_experts);
+  check_routing_counts(num_tokens, top_k, num_global_experts, num_local_experts);
   HK_CHECK(kValue, intermediate > 0, "intermediate", "> 0", intermediate);
   const bool block = scaling == MoeScaling::kBlock128;
   return block_m(num_tokens, top_k, num_global_experts, block,

@@ -4,19 +4,14 @@
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
 #include "hopperkit/moe/routing.h"
+#include "moe/routing_checks.h"
 
 namespace hopperkit {
 namespace moe {
 
 MoeRouting moe_routing_cpu(const int32_t* topk_ids, int num_tokens, int top_k, const int32_t* expert_map,
                            int num_global_experts, int num_local_experts, int bm) {
-  HK_CHECK(kValue, num_tokens >= 0 && num_tokens <= kMaxTokens, "num_tokens", "0.." + std::to_string(kMaxTokens),
-           num_tokens);
-  HK_CHECK(kValue, top_k >= 1 && top_k <= kMaxTopK, "top_k", "1.." + std::to_string(kMaxTopK), top_k);
-  HK_CHECK(kValue, num_global_experts >= 1 && num_global_experts <= kMaxExperts, "num_global_experts",
-           "1.." + std::to_string(kMaxExperts), num_global_experts);
-  HK_CHECK(kValue, num_local_experts >= 1 && num_local_experts <= num_global_experts, "num_local_experts",
-           "1..num_global_experts (" + std::to_string(num_global_experts) + ")", num_local_experts);
+  check_routing_counts(num_tokens, top_k, num_global_experts, num_local_experts);
   HK_CHECK(kValue, expert_map != nullptr || num_local_experts == num_global_experts, "expert_map",
            "a map when only some experts are local", "null");
   HK_CHECK(kValue, bm == 16 || bm == 32 || bm == 48 || bm == 64 || bm == 128, "block_m", "16, 32, 48, 64 or 128",
