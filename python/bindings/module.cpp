@@ -657,8 +657,4 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_MAX_SM_SLOTS") = static_cast<int>(decode::kMaxSmSlots);
   m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
   m.attr("MOE_WIDE_GATE_UP_MIN_ROWS") = static_cast<int64_t>(moe::kWideGateUpMinRows);
-  m.attr("MOE_MAX_ROWS_BLOCK_M16") = static_cast<int64_t>(moe::kMaxRowsBlockM16);
-  m.attr("MOE_MAX_ROWS_BLOCK_M32") = static_cast<int64_t>(moe::kMaxRowsBlockM32);
-  m.attr("MOE_MAX_ROWS_BLOCK_M48") = static_cast<int64_t>(moe::kMaxRowsBlockM48);
-  m.attr("MOE_MAX_ROWS_BLOCK_M32_BLOCK") = static_cast<int64_t>(moe::kMaxRowsBlockM32Block);
 }

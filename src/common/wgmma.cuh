@@ -124,13 +124,13 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
 #undef HK_WGMMA_ACC48
 #undef HK_WGMMA_ACC64
 #undef HK_WGMMA_ACC96
-#undef HK_WGMMA_REGS96
 #undef HK_WGMMA_RW
 #undef HK_WGMMA_W
 #undef HK_WGMMA_REGS8
 #undef HK_WGMMA_REGS32
 #undef HK_WGMMA_REGS48
 #undef HK_WGMMA_REGS64
+#undef HK_WGMMA_REGS96
 
 }  // namespace ptx
 }  // namespace hopperkit

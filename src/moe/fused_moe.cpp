@@ -27,13 +27,21 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedia
   return moe_workspace_layout(max_tokens, top_k, hidden, intermediate, num_local_experts).total_bytes;
 }
 
+namespace {
+// block_m() for arguments already checked (fused_moe validated them; moe_tile_rows checks its own)
+int tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
+              bool block) {
+  return block_m(num_tokens, top_k, num_global_experts, block,
+                 block && block_wise_32_rows_fit(num_local_experts, intermediate, device_sm_count()));
+}
+}  // namespace
+
 int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
                   MoeScaling scaling) {
   check_routing_counts(num_tokens, top_k, num_global_experts, num_local_experts);
   HK_CHECK(kValue, intermediate > 0, "intermediate", "> 0", intermediate);
-  const bool block = scaling == MoeScaling::kBlock128;
-  return block_m(num_tokens, top_k, num_global_experts, block,
-                 block && block_wise_32_rows_fit(num_local_experts, intermediate, device_sm_count()));
+  return tile_rows(num_tokens, top_k, num_global_experts, num_local_experts, intermediate,
+                   scaling == MoeScaling::kBlock128);
 }
 
 void fused_moe(const MoeParams& p) {
@@ -87,8 +95,8 @@ void fused_moe(const MoeParams& p) {
   const bool forced_ok = block_m_forced == 16 || block_m_forced == 32 || block_m_forced == 64 ||
                          (block_m_forced == 48 && !block);
   a.block_m = forced_ok ? block_m_forced
-                        : moe_tile_rows(p.num_tokens, p.top_k, p.num_global_experts, p.num_local_experts,
-                                        p.intermediate, p.scaling);
+                        : tile_rows(p.num_tokens, p.top_k, p.num_global_experts, p.num_local_experts,
+                                    p.intermediate, block);
   a.block_scaled = block ? 1 : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
   // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled

@@ -275,8 +275,8 @@ def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
 
 
-# 32-row tiles (block_m() from MOE_MAX_ROWS_BLOCK_M16 + 1 to MOE_MAX_ROWS_BLOCK_M32 rows per expert, block-wise to
-# MOE_MAX_ROWS_BLOCK_M32_BLOCK where the gate-up's tasks are few per SM): the 16-row
+# 32-row tiles (block_m() in heuristics.h: from kMaxRowsBlockM16 + 1 to kMaxRowsBlockM32 rows per expert, block-wise
+# to kMaxRowsBlockM32Block where the gate-up's tasks are few per SM): the 16-row
 # tiles' swapped wgmma at N = 32 (four n8 tiles of rows per 64 weight rows), both GEMMs, both scalings
 THIRTY_TWO_ROW_CASES = [
     # T, H, I, E_global, K, kind, ep, fp8_input, block
@@ -317,7 +317,7 @@ def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block
         assert int(rows.max()) > below, f"no tile above {below} rows: the {height}-row kernels did not run"
 
 
-# 48-row tiles (per-tensor, MOE_MAX_ROWS_BLOCK_M32 + 1 to MOE_MAX_ROWS_BLOCK_M48 rows per expert): the swapped
+# 48-row tiles (per-tensor, kMaxRowsBlockM32 + 1 to kMaxRowsBlockM48 rows per expert): the swapped
 # wgmma at N = 48 (six n8 tiles of rows per 64 weight rows), both GEMMs
 FORTY_EIGHT_ROW_CASES = [
     # T, H, I, E_global, K, kind, ep, fp8_input
