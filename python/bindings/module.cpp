@@ -457,9 +457,9 @@ int64_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedi
 }
 
 // The routing index's tile height fused_moe picks on the current device (moe::moe_tile_rows).
-int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
-                  bool block_scaled) {
-  return moe::moe_tile_rows(num_tokens, top_k, num_global_experts, num_local_experts, intermediate,
+int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int hidden,
+                  int intermediate, bool block_scaled) {
+  return moe::moe_tile_rows(num_tokens, top_k, num_global_experts, num_local_experts, hidden, intermediate,
                             block_scaled ? moe::MoeScaling::kBlock128 : moe::MoeScaling::kPerTensor);
 }
 

@@ -29,18 +29,21 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedia
 
 namespace {
 // block_m() for arguments already checked (fused_moe validated them; moe_tile_rows checks its own)
-int tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
+int tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int hidden, int intermediate,
               bool block) {
+  const int sms = device_sm_count();
   return block_m(num_tokens, top_k, num_global_experts, block,
-                 block && block_wise_32_rows_fit(num_local_experts, intermediate, device_sm_count()));
+                 few_gate_up_tasks(num_local_experts, intermediate, sms),
+                 few_down_tasks(num_local_experts, hidden, sms));
 }
 }  // namespace
 
-int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
-                  MoeScaling scaling) {
+int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int hidden,
+                  int intermediate, MoeScaling scaling) {
   check_routing_counts(num_tokens, top_k, num_global_experts, num_local_experts);
+  HK_CHECK(kValue, hidden > 0, "hidden", "> 0", hidden);
   HK_CHECK(kValue, intermediate > 0, "intermediate", "> 0", intermediate);
-  return tile_rows(num_tokens, top_k, num_global_experts, num_local_experts, intermediate,
+  return tile_rows(num_tokens, top_k, num_global_experts, num_local_experts, hidden, intermediate,
                    scaling == MoeScaling::kBlock128);
 }
 
@@ -96,7 +99,7 @@ void fused_moe(const MoeParams& p) {
                          (block_m_forced == 48 && !block);
   a.block_m = forced_ok ? block_m_forced
                         : tile_rows(p.num_tokens, p.top_k, p.num_global_experts, p.num_local_experts,
-                                    p.intermediate, block);
+                                    p.hidden_size, p.intermediate, block);
   a.block_scaled = block ? 1 : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_NARROW_TILES=down keeps the down GEMM at 128 weight rows per
   // tile; set to anything else (even empty), both GEMMs wherever the heuristic may pick 256, except block-scaled

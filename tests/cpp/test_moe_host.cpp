@@ -17,41 +17,69 @@ using namespace hopperkit;
 using namespace hopperkit::moe;
 
 TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
-  EXPECT_EQ(block_m(4, 8, 192), 16);      // decode: a fraction of a row per expert
-  EXPECT_EQ(block_m(256, 8, 192), 16);    // 11 rows per expert (Hy3 TP8, 256 tokens)
-  EXPECT_EQ(block_m(240, 8, 128), 16);    // 15
-  EXPECT_EQ(block_m(241, 8, 128), 32);    // just above 15 rows per expert
-  EXPECT_EQ(block_m(256, 8, 128), 32);    // 16 (Qwen3-235B TP8, 256 tokens)
-  EXPECT_EQ(block_m(512, 8, 192), 32);    // 22 (Hy3 TP8, 512 tokens)
-  EXPECT_EQ(block_m(384, 8, 128), 32);    // 24
-  EXPECT_EQ(block_m(385, 8, 128), 48);    // just above 24 rows per expert: per-tensor 48
-  EXPECT_EQ(block_m(385, 8, 128, true), 64);  // block-wise 64 (no 48-row block-wise tiles) with many tasks
-  EXPECT_EQ(block_m(385, 8, 128, true, true), 32);  // ... 32 with few (block_wise_32_rows_fit)
-  EXPECT_EQ(block_m(512, 8, 128, true, true), 32);  // 32 (Qwen3-235B EP8, 512 tokens)
-  EXPECT_EQ(block_m(513, 8, 128, true, true), 64);  // just above 32 rows per expert
-  EXPECT_EQ(block_m(512, 8, 128, false, true), 48);  // per-tensor: the flag does not apply
-  // gate-up tasks at one tile per expert (local experts x I / 128) against 3 per SM (132 SMs: 396)
-  EXPECT_TRUE(block_wise_32_rows_fit(16, 1536, 132));    // Qwen3-235B EP8: 192
-  EXPECT_TRUE(block_wise_32_rows_fit(24, 1536, 132));    // Hy3 EP8: 288
-  EXPECT_FALSE(block_wise_32_rows_fit(32, 2048, 132));   // DeepSeek-V3 EP8: 512
-  EXPECT_FALSE(block_wise_32_rows_fit(256, 256, 132));   // DeepSeek-V3 TP8: 512
-  EXPECT_TRUE(block_wise_32_rows_fit(33, 1536, 132));    // 396: the limit
-  EXPECT_FALSE(block_wise_32_rows_fit(34, 1536, 132));
-  EXPECT_FALSE(block_wise_32_rows_fit(34, 1472, 132));   // I not a multiple of 128: 34 x 12 = 408 (ceil)
-  EXPECT_FALSE(block_wise_32_rows_fit(16, 1536, 60));    // fewer SMs: 192 > 180
-  EXPECT_EQ(block_m(512, 8, 128), 48);    // 32 (Qwen3-235B TP8, 512 tokens)
-  EXPECT_EQ(block_m(688, 8, 128), 48);    // 43
-  EXPECT_EQ(block_m(689, 8, 128), 64);    // just above 43 rows per expert
-  EXPECT_EQ(block_m(768, 8, 128), 64);    // 48 (Qwen3-235B TP8, 768 tokens: 64-row tiles 0.83x the 48-row's)
-  EXPECT_EQ(block_m(1024, 8, 192), 48);   // 43 (Hy3 1024 tokens)
-  EXPECT_EQ(block_m(1024, 8, 128), 64);
-  EXPECT_EQ(block_m(16384, 8, 256), 64);
-  for (int blk = 0; blk < 4; ++blk) {  // per-tensor / block-wise, each with few or many gate-up tasks
-    const bool block = blk & 1, fits = blk & 2;
+  // gate-up tasks (local experts x I / 128) against 3 per SM, down tasks (local experts x H / 128) against 8
+  // (132 SMs: 396 and 1056)
+  EXPECT_TRUE(few_gate_up_tasks(16, 1536, 132));    // Qwen3-235B EP8: 192
+  EXPECT_TRUE(few_gate_up_tasks(24, 1536, 132));    // Hy3 EP8: 288
+  EXPECT_TRUE(few_gate_up_tasks(192, 192, 132));    // Hy3 TP8: 384 (ceil(192 / 128) = 2)
+  EXPECT_FALSE(few_gate_up_tasks(32, 2048, 132));   // DeepSeek-V3 EP8: 512
+  EXPECT_FALSE(few_gate_up_tasks(256, 256, 132));   // DeepSeek-V3 TP8: 512
+  EXPECT_TRUE(few_gate_up_tasks(33, 1536, 132));    // 396: the limit
+  EXPECT_FALSE(few_gate_up_tasks(34, 1536, 132));
+  EXPECT_FALSE(few_gate_up_tasks(34, 1472, 132));   // I not a multiple of 128: 34 x 12 = 408 (ceil)
+  EXPECT_FALSE(few_gate_up_tasks(16, 1536, 60));    // fewer SMs: 192 > 180
+  EXPECT_TRUE(few_down_tasks(16, 4096, 132));       // Qwen3-235B EP8: 512
+  EXPECT_TRUE(few_down_tasks(24, 4096, 132));       // Hy3 EP8: 768
+  EXPECT_FALSE(few_down_tasks(128, 4096, 132));     // Qwen3-235B TP8: 4096
+  EXPECT_FALSE(few_down_tasks(32, 7168, 132));      // DeepSeek-V3 EP8: 1792
+  EXPECT_TRUE(few_down_tasks(33, 4096, 132));       // 1056: the limit
+  EXPECT_FALSE(few_down_tasks(33, 4097, 132));      // ceil: 33 x 33
+  // (T, top_k, global experts, block-scaled, few gate-up tasks, few down tasks)
+  EXPECT_EQ(block_m(4, 8, 192, false, true, false), 16);     // decode: a fraction of a row per expert
+  EXPECT_EQ(block_m(256, 8, 192, false, true, false), 16);   // 11 rows per expert (Hy3 TP8, 256 tokens)
+  EXPECT_EQ(block_m(240, 8, 128, true, true, true), 16);     // 15 with few gate-up tasks
+  EXPECT_EQ(block_m(241, 8, 128, true, true, true), 32);     // just above
+  EXPECT_EQ(block_m(176, 8, 128, false, false, false), 16);  // 11 with many gate-up tasks
+  EXPECT_EQ(block_m(177, 8, 128, false, false, false), 32);  // 12: DeepSeek-V3 takes 32-row tiles from here
+  EXPECT_EQ(block_m(177, 8, 128, true, false, false), 32);   // ... both scalings
+  EXPECT_EQ(block_m(177, 8, 128, false, true, false), 16);   // few gate-up tasks: still 16
+  EXPECT_EQ(block_m(256, 8, 128, false, true, false), 32);   // 16 (Qwen3-235B TP8, 256 tokens)
+  EXPECT_EQ(block_m(512, 8, 192, false, true, false), 32);   // 22 (Hy3 TP8, 512 tokens)
+  // per-tensor 32 / 48
+  EXPECT_EQ(block_m(352, 8, 128, false, false, false), 32);  // 22 with many gate-up tasks
+  EXPECT_EQ(block_m(353, 8, 128, false, false, false), 48);
+  EXPECT_EQ(block_m(448, 8, 128, false, true, false), 32);   // 28 with few gate-up but many down tasks (TP8)
+  EXPECT_EQ(block_m(449, 8, 128, false, true, false), 48);
+  EXPECT_EQ(block_m(512, 8, 128, false, true, false), 48);   // 32 (Qwen3-235B TP8, 512 tokens)
+  EXPECT_EQ(block_m(512, 8, 128, false, true, true), 32);    // 32 with few of both (Qwen3-235B EP8, 512 tokens)
+  EXPECT_EQ(block_m(513, 8, 128, false, true, true), 48);
+  EXPECT_EQ(block_m(512, 8, 128, false, false, true), 48);   // many gate-up tasks: 48 whatever the down's
+  // block-wise 32 / 64 (no 48-row block-wise tiles)
+  EXPECT_EQ(block_m(384, 8, 128, true, false, false), 32);   // 24 with many gate-up tasks
+  EXPECT_EQ(block_m(385, 8, 128, true, false, false), 64);
+  EXPECT_EQ(block_m(385, 8, 128, true, true, false), 32);    // few: up to 32, whatever the down's tasks
+  EXPECT_EQ(block_m(512, 8, 128, true, true, true), 32);     // 32 (Qwen3-235B EP8, 512 tokens)
+  EXPECT_EQ(block_m(513, 8, 128, true, true, true), 64);     // just above 32 rows per expert
+  // 48 / 64 (per-tensor)
+  EXPECT_EQ(block_m(688, 8, 128, false, true, true), 48);    // 43
+  EXPECT_EQ(block_m(689, 8, 128, false, true, true), 64);    // just above 43 rows per expert
+  EXPECT_EQ(block_m(689, 8, 128, false, false, false), 64);
+  EXPECT_EQ(block_m(768, 8, 128, false, true, false), 64);   // 48 (Qwen3-235B TP8, 768 tokens: 64-row tiles 0.83x)
+  EXPECT_EQ(block_m(1024, 8, 192, false, true, false), 48);  // 43 (Hy3 1024 tokens)
+  EXPECT_EQ(block_m(1024, 8, 128, false, true, true), 64);
+  EXPECT_EQ(block_m(16384, 8, 256, true, false, false), 64);
+  for (int c = 0; c < 8; ++c) {  // per-tensor / block-wise, few or many gate-up tasks, few or many down tasks
+    const bool block = c & 1, few_gate_up = c & 2, few_down = c & 4;
     for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows
-      const int bm = block_m(t, 8, 128, block, fits);
+      const int bm = block_m(t, 8, 128, block, few_gate_up, few_down);
       EXPECT_TRUE(bm == 16 || bm == 32 || (bm == 48 && !block) || bm == 64) << t;
-      EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128, block, fits), bm) << t;
+      EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128, block, few_gate_up, few_down), bm) << t;
+      if (few_gate_up) {  // many gate-up tasks never get a smaller tile than few (at the same down count)
+        EXPECT_GE(block_m(t, 8, 128, block, false, few_down), bm) << t;
+      }
+      if (!few_down) {  // nor many down tasks than few
+        EXPECT_GE(bm, block_m(t, 8, 128, block, few_gate_up, true)) << t;
+      }
     }
   }
   EXPECT_EQ(gate_up_tile_n(false, 16, 2048, 8), 128);   // decode tiles: 128 weight rows (2 CTAs per SM)

@@ -56,10 +56,13 @@ def test_core_errors_are_typed():
         _core.call("plan_launch_info", _cfg(max_batch=4), 5, 64, 0)
     # the MoE tile-height query checks its arguments before it asks the device for its SM count
     with pytest.raises(hopperkit.InvalidValueError) as e:
-        _core.call("moe_tile_rows", 64, 8, 16, 32, 256, True)  # more local than global experts
+        _core.call("moe_tile_rows", 64, 8, 16, 32, 512, 256, True)  # more local than global experts
     assert e.value.arg == "num_local_experts" and e.value.actual == "32"
     with pytest.raises(hopperkit.InvalidValueError, match="top_k"):
-        _core.call("moe_tile_rows", 64, 0, 16, 16, 256, False)
+        _core.call("moe_tile_rows", 64, 0, 16, 16, 512, 256, False)
+    with pytest.raises(hopperkit.InvalidValueError) as e:
+        _core.call("moe_tile_rows", 64, 8, 16, 16, 0, 256, False)
+    assert e.value.arg == "hidden" and e.value.actual == "0"
 
 
 def test_python_layer_rejects_cpu_tensors_and_bad_modes():

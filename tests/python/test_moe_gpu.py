@@ -275,26 +275,30 @@ def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
 
 
-# 32-row tiles (block_m() in heuristics.h: from kMaxRowsBlockM16 + 1 to kMaxRowsBlockM32 rows per expert, block-wise
-# to kMaxRowsBlockM32Block where the gate-up's tasks are few per SM): the 16-row
-# tiles' swapped wgmma at N = 32 (four n8 tiles of rows per 64 weight rows), both GEMMs, both scalings
+# 32-row tiles (block_m() in heuristics.h: above kMaxRowsBlockM16 rows per expert (kMaxRowsBlockM16ManyTasks with
+# many gate-up tasks), per-tensor up to 22 / 28 / 32 rows by the GEMMs' task counts per SM, block-wise up to 24, or
+# kMaxRowsBlockM32Block with few gate-up tasks): the 16-row tiles' swapped wgmma at N = 32 (four n8 tiles of rows
+# per 64 weight rows), both GEMMs, both scalings. Small shapes have few tasks of both GEMMs on an H200.
 THIRTY_TWO_ROW_CASES = [
     # T, H, I, E_global, K, kind, ep, fp8_input, block
     (250, 512, 192, 64, 6, "skewed", False, False, False),  # 24 rows per expert, I = 192: down K tail of 64
     (64, 256, 256, 16, 4, "uniform", False, False, False),  # 16 rows per expert: the first 32-row mean
-    (96, 256, 256, 16, 4, "uniform", False, False, True),   # 24: the last per-tensor; block-wise (gate-up 32 x 256)
+    (128, 256, 256, 16, 4, "uniform", False, False, False),  # 32: per-tensor's last with few tasks of both GEMMs
+    (96, 256, 256, 16, 4, "uniform", False, False, True),   # 24: block-wise (gate-up 32 x 256)
     (128, 256, 256, 16, 4, "uniform", False, False, True),  # 32: block-wise's last with few tasks (two tiles past 32)
     (180, 512, 256, 64, 8, "skewed", False, False, True),   # block-wise, partial tiles (split-K: S = 1 here)
     (160, 384, 256, 32, 4, "uniform", True, True, False),   # EP (half the experts remote), fp8 input
     (160, 384, 256, 32, 4, "sparse", True, True, True),     # ... block-wise, few experts with many rows
     (160, 384, 256, 32, 4, "uniform", True, True, True),    # block-wise EP: split-K (S = 2) in both GEMMs
     (80, 320, 128, 16, 4, "uniform", False, False, False),  # H = 320: the down's last 128 columns half outside
+    (208, 256, 512, 128, 8, "uniform", False, False, False),  # 13 rows, 512 gate-up tasks (many): 32 from 12
 ]
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", THIRTY_TWO_ROW_CASES,
-                         ids=["i192_skewed", "first_mean", "last_mean_block", "block_32_rows_few_tasks", "block_skewed",
-                              "ep_fp8_in", "ep_sparse_block", "ep_split_block", "h320"])
+                         ids=["i192_skewed", "first_mean", "last_mean_few_tasks", "block_24_rows",
+                              "block_32_rows_few_tasks", "block_skewed", "ep_fp8_in", "ep_sparse_block",
+                              "ep_split_block", "h320", "many_tasks_13_rows"])
 def test_32_row_tiles(T, H, I, E, K, kind, ep, fp8_input, block):
     check_swapped_tiles(32, 16, T, H, I, E, K, kind, ep, fp8_input, block, seed=T + H + I + E + block)
 
@@ -308,7 +312,7 @@ def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block
         pytest.skip(f"HOPPERKIT_MOE_GATEUP_BM forced: {height}-row heights take the 64-row index")
     _, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, fp8_input=fp8_input, seed=seed, check_repeat=True)
     E_local = E // 2 if ep else E
-    assert index_block_m(T, K, E, block, E_local, I) == height, f"the case is meant for {height}-row tiles"
+    assert index_block_m(T, K, E, block, E_local, H, I) == height, f"the case is meant for {height}-row tiles"
     v = _workspace_views(ws, T, K, H, I, E_local)
     n = int(v["num_tiles"])
     rows = v["tiles"][:n, 2]
@@ -317,21 +321,24 @@ def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block
         assert int(rows.max()) > below, f"no tile above {below} rows: the {height}-row kernels did not run"
 
 
-# 48-row tiles (per-tensor, kMaxRowsBlockM32 + 1 to kMaxRowsBlockM48 rows per expert): the swapped
+# 48-row tiles (per-tensor, from the 32-row limit + 1 to kMaxRowsBlockM48 rows per expert): the swapped
 # wgmma at N = 48 (six n8 tiles of rows per 64 weight rows), both GEMMs
 FORTY_EIGHT_ROW_CASES = [
     # T, H, I, E_global, K, kind, ep, fp8_input
-    (400, 512, 192, 64, 6, "skewed", False, False),  # 38 rows per expert, I = 192: down K tail of 64
-    (100, 256, 256, 16, 4, "uniform", False, False),  # 25 rows per expert: the first 48-row mean
+    (400, 512, 192, 64, 6, "skewed", False, False),   # 38 rows per expert, I = 192: down K tail of 64
+    (132, 256, 256, 16, 4, "uniform", False, False),  # 33 rows per expert: the first 48-row mean with few tasks
     (172, 256, 256, 16, 4, "uniform", False, False),  # 43: the last (experts above 48 rows take two tiles)
-    (256, 384, 256, 32, 4, "uniform", True, True),    # EP (half the experts remote), fp8 input; split-K
-    (256, 384, 256, 32, 4, "sparse", True, False),    # few experts with many rows: several tiles each
-    (120, 320, 128, 16, 4, "uniform", False, False),  # H = 320: the down's last 128 columns half outside
+    (264, 384, 256, 32, 4, "uniform", True, True),    # EP (half the experts remote), fp8 input; split-K
+    (264, 384, 256, 32, 4, "sparse", True, False),    # few experts with many rows: several tiles each
+    (132, 320, 128, 16, 4, "uniform", False, False),  # H = 320: the down's last 128 columns half outside
+    (240, 2304, 128, 64, 8, "uniform", False, False),  # 30 rows, 1152 down tasks (many): 48 from 29
+    (368, 256, 512, 128, 8, "uniform", False, False),  # 23 rows, 512 gate-up tasks (many): 48 from 23
 ]
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input", FORTY_EIGHT_ROW_CASES,
-                         ids=["i192_skewed", "first_mean", "last_mean", "ep_fp8_in", "ep_sparse", "h320"])
+                         ids=["i192_skewed", "first_mean", "last_mean", "ep_fp8_in", "ep_sparse", "h320",
+                              "many_down_tasks_30_rows", "many_tasks_23_rows"])
 def test_48_row_tiles(T, H, I, E, K, kind, ep, fp8_input):
     check_swapped_tiles(48, 32, T, H, I, E, K, kind, ep, fp8_input, False, seed=T + H + I + E + 48)
 
@@ -374,11 +381,11 @@ def test_max_tokens():
 INDEX_MODE = os.environ.get("HOPPERKIT_MOE_INDEX", "")
 
 
-def index_block_m(T, K, E_global, block, E_local, I):
+def index_block_m(T, K, E_global, block, E_local, H, I):
     """The routing index's tile height of a call (the library's own choice on this device, moe_tile_rows: block_m()
     in heuristics.h; with HOPPERKIT_MOE_GATEUP_BM forced, 32- and 48-row heights take the 64-row index, see
     fused_moe.cpp)."""
-    bm = _core.call("moe_tile_rows", T, K, E_global, E_local, I, block)
+    bm = _core.call("moe_tile_rows", T, K, E_global, E_local, H, I, block)
     return 64 if bm in (32, 48) and GATE_UP_BM in ("64", "128") else bm
 
 
@@ -467,7 +474,7 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
     assert int(v["dropped"]) == int((local < 0).sum())
     check_index_path(v, T * K, E, E_global, counts, int((local < 0).sum()))
-    bm = index_block_m(T, K, E_global, True, E, I)  # block-scaled weights (make_weights above)
+    bm = index_block_m(T, K, E_global, True, E, H, I)  # block-scaled weights (make_weights above)
     tiles_per = (counts + bm - 1) // bm
     n_tiles = int(tiles_per.sum())
     assert int(v["num_tiles"]) == n_tiles, f"num_tiles {int(v['num_tiles'])} != {n_tiles}"
@@ -577,7 +584,7 @@ def test_stages_match_reference(T, block):
     hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, workspace=ws, **kw)
     torch.cuda.synchronize()
     v = _workspace_views(ws, T, K, H, I, E)
-    bm = index_block_m(T, K, E, block, E, I)
+    bm = index_block_m(T, K, E, block, E, H, I)
     # routing index
     counts = torch.bincount(ids.flatten().long(), minlength=E)
     off = torch.zeros(E + 1, dtype=torch.int64, device="cuda")

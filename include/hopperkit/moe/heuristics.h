@@ -34,8 +34,8 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 //    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (then kept at 64; per-tensor 48-row tiles
 //    since session 20, below).
 constexpr int kBlockMs[] = {16, 32, 48, 64};
-constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows
-constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 48 up to kMaxRowsBlockM48 (block-wise: below), then 64
+constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows (few tasks)
+constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows (block-wise with many gate-up tasks); above: 64
 // 48-row tiles (per-tensor only: the block-wise gate-up's 256 weight rows would need 288 accumulator and partial
 // registers): the swapped path at N = 48, so that an expert of 25-48 rows is one tile streamed by a CTA of the
 // 2-per-SM decode kind instead of a 64-row tile at one CTA per SM (session 19 run 4: the 64-row tiles at 32-43
@@ -51,34 +51,52 @@ constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows; above, 48 up to kMaxRo
 // (hy3 1024) the 48-row tiles 0.91-0.97x the 64-row tiles'; at 36-42 (deepseek 1152-1344) the 48-row tiles
 // 0.89-0.98x under EP8 but 1.04-1.07x under TP8 (kept at 48: mixed). 44-47 rows were not measured.
 constexpr int64_t kMaxRowsBlockM48 = 43;
-// Block-wise has no 48-row tiles: from kMaxRowsBlockM32 + 1 to kMaxRowsBlockM32Block rows per expert it keeps the
-// 32-row tiles (an expert past 32 rows takes a second one) where their extra tiles fill CTA slots the first row
-// of tiles leaves idle: the gate-up's tasks at one tile per expert (local experts x I / 128: 256 weight rows
-// per block-wise task) at most kBlockM32MaxTasksPerSm per SM (block_wise_32_rows_fit). Measured on an H200
-// (session 21 run 4: 32 and 64 forced on one build, every block-wise model and mode at 384-2048 tokens):
-//  * Qwen3-235B EP8 (16 local experts x 12 = 192 tasks, 1.5 per SM) at 24-32 rows: the 64-row tiles 1.16-1.18x
-//    the 32-row tiles' time; Hy3 EP8 (24 x 12 = 288, 2.2 per SM) at 16-32 rows: 1.14-1.16x;
-//  * DeepSeek-V3 EP8 and TP8 (32 x 16 and 256 x 2 = 512, 3.9 per SM) at 24-28 rows: 0.97-1.01x, at 32 rows
-//    0.86-0.90x (the 32-row tiles lose);
-//  * 38-48 rows: the 64-row tiles 0.91-1.01x on Qwen3 and Hy3 (kept at 64 from 33 rows).
-// Per-tensor (32 against 48-row tiles) follows the task count only in part, so it keeps its limits: DeepSeek-V3
-// (many tasks) at 26-32 rows 5-27% slower with 32-row tiles (run 4), but Qwen3 and Hy3 (few) faster with them
-// under EP8 (4-5% at 27-32 rows) and slower under TP8 at 32 rows (8-13%), at the same task counts (run 3).
-// The cut at 3 tasks per SM lies between the measured 2.2 (32-row tiles win) and 3.9 (they lose).
-constexpr int64_t kMaxRowsBlockM32Block = 32;
-constexpr int64_t kBlockM32MaxTasksPerSm = 3;
-HK_MOE_HD bool block_wise_32_rows_fit(int num_local_experts, int intermediate, int num_sms) {
+
+// Task counts per SM. At the same mean rows per expert, a smaller tile height wins where the GEMMs have few
+// tasks per SM (an expert's extra tile fills a CTA slot the first row of tiles leaves idle) and loses where
+// they have many. Gate-up tasks at one tile per expert: local experts x I / 128 (256 weight rows per
+// block-wise task, 128 gate + 128 up); down tasks: local experts x H / 128. Measured on an H200 (session 21
+// runs 3-4: 16 / 32 / 48 / 64 forced on one build, every model and mode at 192-2048 tokens):
+//  * Qwen3-235B EP8 (16 local experts x 12 = 192 gate-up tasks, 1.5 per SM) and Hy3 EP8 (24 x 12 = 288, 2.2
+//    per SM), block-wise at 24-32 rows: the 64-row tiles 1.14-1.18x the 32-row tiles' time;
+//  * DeepSeek-V3 EP8 and TP8 (32 x 16 and 256 x 2 = 512 tasks, 3.9 per SM): block-wise at 32 rows the
+//    32-row tiles lose (the 64-row tiles 0.86-0.90x their time); per-tensor at 26-32 rows 5-27% slower than
+//    the 48-row tiles; the 32-row tiles faster than the 16-row tiles from 12 rows on;
+//  * Hy3 / Qwen3 (few gate-up tasks) keep the 16-row tiles up to 14-15 rows; per-tensor at 27-32 rows the
+//    32-row tiles 4-5% faster than the 48-row tiles under EP8 (few down tasks: 16-24 x 32 = 512-768, at most
+//    5.8 per SM) and 8-13% slower under TP8 at 32 rows (128-192 x 32 = 4096-6144 down tasks, 31-47 per SM).
+// The cut for the gate-up at 3 tasks per SM lies between the measured 2.2 and 3.9; the down's at 8 per SM between
+// 5.8 and 31. These limits were fitted on the points above; session 22 checked them on batch sizes between them.
+constexpr int64_t kGateUpFewTasksPerSm = 3;
+constexpr int64_t kDownFewTasksPerSm = 8;
+HK_MOE_HD bool few_gate_up_tasks(int num_local_experts, int intermediate, int num_sms) {
   return static_cast<int64_t>(num_local_experts) * ((intermediate + 127) / 128) <=
-         kBlockM32MaxTasksPerSm * static_cast<int64_t>(num_sms);
+         kGateUpFewTasksPerSm * static_cast<int64_t>(num_sms);
 }
-// block32_fits: block_wise_32_rows_fit() for the call's shape and device; block-scaled callers must pass it
-// (fused_moe does, through moe_tile_rows), or 25-32 rows per expert get 64-row tiles where fused_moe runs 32
-HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled = false,
-                      bool block32_fits = false) {
+HK_MOE_HD bool few_down_tasks(int num_local_experts, int hidden, int num_sms) {
+  return static_cast<int64_t>(num_local_experts) * ((hidden + 127) / 128) <=
+         kDownFewTasksPerSm * static_cast<int64_t>(num_sms);
+}
+constexpr int64_t kMaxRowsBlockM16ManyTasks = 11;  // many gate-up tasks: 32-row tiles from 12 rows
+// Per-tensor 32 / 48: 32-row tiles up to 22 rows with many gate-up tasks, 28 with few gate-up but many down
+// tasks, 32 with few of both (an expert past 32 rows takes a second 32-row tile).
+constexpr int64_t kMaxRowsBlockM32ManyTasks = 22;
+constexpr int64_t kMaxRowsBlockM32ManyDown = 28;
+constexpr int64_t kMaxRowsBlockM32FewTasks = 32;
+// Block-wise has no 48-row tiles: with few gate-up tasks it keeps the 32-row tiles up to 32 rows per expert, then
+// 64 (38-48 rows: the 64-row tiles 0.91-1.01x the 32-row tiles' on Qwen3 and Hy3); with many, 64 from 25 rows.
+constexpr int64_t kMaxRowsBlockM32Block = 32;
+// few_gate_up / few_down: few_gate_up_tasks() / few_down_tasks() for the call's shape and device (fused_moe and
+// moe_tile_rows pass them).
+HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, bool block_scaled, bool few_gate_up,
+                      bool few_down) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
-  if (r <= kMaxRowsBlockM16) return 16;
-  if (r <= kMaxRowsBlockM32) return 32;
-  if (block_scaled) return block32_fits && r <= kMaxRowsBlockM32Block ? 32 : 64;
+  if (r <= (few_gate_up ? kMaxRowsBlockM16 : kMaxRowsBlockM16ManyTasks)) return 16;
+  if (block_scaled) return r <= (few_gate_up ? kMaxRowsBlockM32Block : kMaxRowsBlockM32) ? 32 : 64;
+  const int64_t max32 = !few_gate_up ? kMaxRowsBlockM32ManyTasks
+                        : few_down   ? kMaxRowsBlockM32FewTasks
+                                     : kMaxRowsBlockM32ManyDown;
+  if (r <= max32) return 32;
   return r <= kMaxRowsBlockM48 ? 48 : 64;
 }
 

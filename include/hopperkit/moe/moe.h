@@ -63,10 +63,11 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int hidden, int intermedia
 
 // The routing index's tile height (rows of one expert per GEMM tile: 16, 32, 48 or 64) that fused_moe picks for
 // this shape on the current device when no HOPPERKIT_MOE_* profiling switch is set (the block_m heuristic,
-// include/hopperkit/moe/heuristics.h), for tests and introspection. Throws hopperkit::Error on arguments outside
-// fused_moe's limits; block-wise scaling asks the current device for its SM count (a CUDA error throws too).
-int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int intermediate,
-                  MoeScaling scaling);
+// include/hopperkit/moe/heuristics.h: it depends on the GEMMs' task counts per SM), for tests and introspection.
+// Throws hopperkit::Error on arguments outside fused_moe's limits; asks the current device for its SM count (a
+// CUDA error throws too).
+int moe_tile_rows(int num_tokens, int top_k, int num_global_experts, int num_local_experts, int hidden,
+                  int intermediate, MoeScaling scaling);
 
 // Validates, then launches the fused MoE on params.stream. Throws hopperkit::Error (nothing launched) on bad
 // input. Rows routed to experts that are not local (expert_map -1, or ids outside [0, num_global_experts))
