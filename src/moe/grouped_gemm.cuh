@@ -194,6 +194,24 @@ __device__ __forceinline__ T& select_ref(T& a, T& b) {
   }
 }
 
+// Swapped (16- to 48-row) tiles' stores. The accumulators of one m64 block and 8 tile rows hold, per half hi, an
+// 8 x 8 block of (output column g + 8 hi, tile rows 2 t4, 2 t4 + 1) pairs, the mma fragment layout; x01 / x23
+// are the two halves packed as b16 pairs. movmatrix.trans turns each into (tile row g, output columns 2 t4,
+// 2 t4 + 1), then lanes t4 and t4 ^ 1 trade halves: an even t4 keeps columns 2 t4 .. 2 t4 + 3 of half 0, an odd
+// one columns 8 + 2 t4 - 2 .. 8 + 2 t4 + 1 of half 1, so that the 4 lanes of a row hold its 16 columns in order.
+// Returns those 4 columns as two words (the first two columns, then the next two); every lane of the warp calls
+// it (shuffle). swap_store_col: the first of the 4 columns, past the block's first column (+ 64 per m64 block).
+__device__ __forceinline__ uint2 swap_store_pairs(uint32_t x01, uint32_t x23, int t4) {
+  const bool odd = (t4 & 1) != 0;
+  const uint32_t h0 = movmatrix_trans(x01);
+  const uint32_t h1 = movmatrix_trans(x23);
+  const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 1);
+  return odd ? make_uint2(got, h1) : make_uint2(h0, got);
+}
+__device__ __forceinline__ int swap_store_col(int warp, int t4) {
+  return 16 * warp + ((t4 & 1) != 0 ? 8 + 2 * t4 - 2 : 2 * t4);
+}
+
 // The swapped wgmmas of one 32-byte K step (16-, 32- or 48-row tiles: R tile rows, m64nRk32): m64 block b (weight
 // rows 64 b .., w's address + b * 8 KB) into d[(R / 8) b .. (R / 8) b + R / 8 - 1] (the tile's rows 8 j ..);
 // `first`: the stage's first step (d written, not read).
@@ -884,12 +902,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           consumer_sync();  // every row's amax is read before it is cleared for the next task
           if (tid < BM) s_amax[tid] = 0u;
         }
-        // The codes as the accumulators hold them (column g + 8 hi, tile rows 2 t4 and 2 t4 + 1), each in the low
-        // byte of a b16 element, then the swapped down's transpose (below): movmatrix.trans gives (tile row g,
-        // columns 2 t4, 2 t4 + 1), lanes t4 and t4 ^ 1 trade halves, and each lane stores 4 consecutive codes of
-        // its row (4 lanes: 16 bytes per row) instead of 4 single bytes.
-        const bool odd = (t4 & 1) != 0;
-        const int col = n0 + 16 * warp + (odd ? 8 + 2 * t4 - 2 : 2 * t4);  // + 64 b
+        // The codes as the accumulators hold them, each in the low byte of a b16 element, through
+        // swap_store_pairs: each lane stores 4 consecutive codes of its row (4 lanes: 16 bytes per row) instead
+        // of 4 single bytes.
+        const int col = n0 + swap_store_col(warp, t4);  // + 64 b
 #pragma unroll
         for (int nt = 0; nt < kHalf; ++nt) {
           const int j = nt % J, r = 8 * j + g;
@@ -900,12 +916,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             const float v = 8 * j + 2 * t4 + (i & 1) < rows ? h[0][nt][i] : 1.f;
             c[i] = __nv_cvt_float_to_fp8(v / sx[2 * j + (i & 1)], __NV_SATFINITE, __NV_E4M3);
           }
-          const uint32_t h0 = movmatrix_trans(c[0] | (c[1] << 16));
-          const uint32_t h1 = movmatrix_trans(c[2] | (c[3] << 16));
-          const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 1);
+          const uint2 w = swap_store_pairs(c[0] | (c[1] << 16), c[2] | (c[3] << 16), t4);
           if (r < rows) {  // bytes 0 and 2 of each word are the codes (0x6420: x.b0, x.b2, y.b0, y.b2)
             *reinterpret_cast<uint32_t*>(a.act + static_cast<int64_t>(row_begin + r) * I + col + 64 * (nt / J)) =
-                odd ? __byte_perm(got, h1, 0x6420) : __byte_perm(h0, got, 0x6420);
+                __byte_perm(w.x, w.y, 0x6420);
           }
         }
       } else {
@@ -953,28 +967,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     } else if constexpr (C::kSwapAB) {
       // acc[0][J b + j][i] (J = kSwapRowTiles): output column n0 + 64 b + 16 warp + g + 8 (i >> 1) of tile row
-      // 8 j + 2 t4 + (i & 1). Per (j, b) and half hi: an 8 x 8 block of (output column g, tile rows 2 t4, 2 t4 + 1)
-      // pairs, the mma fragment layout, which movmatrix.trans turns into (tile row g, output columns 2 t4, 2 t4 + 1).
-      // Lanes t4 and t4 ^ 1 then trade halves: an even t4 holds columns 2 t4 .. 2 t4 + 3 of half 0, an odd one
-      // columns 8 + 2 t4 - 2 .. 8 + 2 t4 + 1 of half 1, so that the 4 lanes of a row store its 16 columns (32
-      // bytes, one sector) with 8-byte stores: a quarter of the 2-byte stores this took before.
+      // 8 j + 2 t4 + (i & 1), through swap_store_pairs: the 4 lanes of a row store its 16 columns (32 bytes, one
+      // sector) with 8-byte stores, a quarter of the 2-byte stores this took before.
       if constexpr (kLateRowIds) load_row_ids();
-      const bool odd = (t4 & 1) != 0;
-      const int col = n0 + 16 * warp + (odd ? 8 + 2 * t4 - 2 : 2 * t4);  // + 64 b
+      const int col = n0 + swap_store_col(warp, t4);  // + 64 b
 #pragma unroll
       for (int j = 0; j < C::kSwapRowTiles; ++j) {
         const int rid = srow_id[j];
 #pragma unroll
         for (int b = 0; b < C::kSwapBlocks; ++b) {
           const float(&d)[4] = acc[0][C::kSwapRowTiles * b + j];
-          const uint32_t h0 = movmatrix_trans(pack_bf16x2(d[0] * out_scale, d[1] * out_scale));
-          const uint32_t h1 = movmatrix_trans(pack_bf16x2(d[2] * out_scale, d[3] * out_scale));
-          const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 1);
+          const uint2 w = swap_store_pairs(pack_bf16x2(d[0] * out_scale, d[1] * out_scale),
+                                           pack_bf16x2(d[2] * out_scale, d[3] * out_scale), t4);
           const int n = col + 64 * b;  // H % 64 == 0 (validated), n % 4 == 0: all 4 columns in or out
-          if (rid >= 0 && n < H) {
-            *reinterpret_cast<uint2*>(a.y + static_cast<int64_t>(rid) * H + n) =
-                odd ? make_uint2(got, h1) : make_uint2(h0, got);
-          }
+          if (rid >= 0 && n < H) *reinterpret_cast<uint2*>(a.y + static_cast<int64_t>(rid) * H + n) = w;
         }
       }
     }
