@@ -144,6 +144,12 @@ TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(96, 264, 32), 2);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs, one wave
   EXPECT_EQ(split_k_slices(96, 264, 32, 2), 5); // two items per CTA
   EXPECT_EQ(split_k_slices(600, 264, 32), 1);   // enough tasks: no split
+  EXPECT_EQ(split_k_slices(265, 264, 32), 2);   // just past one wave: two slices
+  EXPECT_EQ(split_k_slices(297, 264, 32), 2);   // ... up to ctas + ctas / 8
+  EXPECT_EQ(split_k_slices(298, 264, 32), 1);
+  EXPECT_EQ(split_k_slices(264, 264, 32), 1);   // exactly one wave
+  EXPECT_EQ(split_k_slices(280, 264, 1), 1);    // K of one step: nothing to split
+  EXPECT_EQ(split_k_slices(530, 264, 32, 2), 1);  // two waves asked and more: no split
   EXPECT_EQ(split_k_slices(10, 264, 2), 2);     // never more slices than 128-deep K steps
   EXPECT_EQ(split_k_slices(10, 10000, 64), kMaxSplit);
   EXPECT_EQ(split_k_slices(96, 264, 32, 1), 2);          // one wave: at most one item per CTA (192 items)

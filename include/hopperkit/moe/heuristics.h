@@ -179,9 +179,15 @@ constexpr int kSplitSliceFloats = 32 * 256;   // the largest split tile (32 rows
 // 4-32 tokens (36 points) measured 1 at 0.935x the time of 2 (geomean; 0.73-0.94x at 4-8 tokens, never above
 // 1.02x) and 8 at 1.23x. The profiling switch HOPPERKIT_MOE_SPLIT=n sets it, to re-measure.
 constexpr int kSplitWaves = 1;
+// Just past one wave (tasks in (ctas, ctas + ctas / 8]), two slices: the few items of a second round of whole
+// tasks ran alone for a whole task's time; halves make three rounds of half length. Measured on an H200 (session
+// 22 run 2, HOPPERKIT_MOE_SPLIT=3 on one build, which gives S = 2 there): deepseek EP8 per-tensor 16 tokens
+// (gate-up 288 tasks on 264 CTAs) 0.943x, hy3 TP8 16 tokens (279) 0.971x; from 1.14 waves on S = 2 measured
+// 0.996-1.007x (no gain).
 HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSplitWaves) {
   if (tasks <= 0) return 1;
   int s = waves * ctas / tasks;               // up to `waves` slices per CTA
+  if (s == 0 && 8 * tasks <= 9 * ctas) s = 2;  // just past one wave
   s = s < kMaxSplit ? s : kMaxSplit;
   s = s < k_steps ? s : k_steps;
   s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
