@@ -149,6 +149,8 @@ TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(298, 264, 32), 1);
   EXPECT_EQ(split_k_slices(264, 264, 32), 1);   // exactly one wave
   EXPECT_EQ(split_k_slices(280, 264, 1), 1);    // K of one step: nothing to split
+  EXPECT_EQ(split_k_slices(280, 264, kSplitTailMinSteps - 1), 1);  // short K (the down at I = 1536): one slice
+  EXPECT_EQ(split_k_slices(280, 264, kSplitTailMinSteps), 2);
   EXPECT_EQ(split_k_slices(530, 264, 32, 2), 1);  // two waves asked and more: no split
   EXPECT_EQ(split_k_slices(10, 264, 2), 2);     // never more slices than 128-deep K steps
   EXPECT_EQ(split_k_slices(10, 10000, 64), kMaxSplit);

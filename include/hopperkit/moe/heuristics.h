@@ -179,15 +179,20 @@ constexpr int kSplitSliceFloats = 32 * 256;   // the largest split tile (32 rows
 // 4-32 tokens (36 points) measured 1 at 0.935x the time of 2 (geomean; 0.73-0.94x at 4-8 tokens, never above
 // 1.02x) and 8 at 1.23x. The profiling switch HOPPERKIT_MOE_SPLIT=n sets it, to re-measure.
 constexpr int kSplitWaves = 1;
-// Just past one wave (tasks in (ctas, ctas + ctas / 8]), two slices: the few items of a second round of whole
-// tasks ran alone for a whole task's time; halves make three rounds of half length. Measured on an H200 (session
-// 22 run 2, HOPPERKIT_MOE_SPLIT=3 on one build, which gives S = 2 there): deepseek EP8 per-tensor 16 tokens
-// (gate-up 288 tasks on 264 CTAs) 0.943x, hy3 TP8 16 tokens (279) 0.971x; from 1.14 waves on S = 2 measured
-// 0.996-1.007x (no gain).
+// Just past one wave (tasks in (ctas, ctas + ctas / 8]) of long items (K of at least kSplitTailMinSteps 128-deep
+// steps), two slices: the few items of a second round of whole tasks ran alone for a whole task's time; halves
+// make three rounds of half length. Measured on an H200 (session 22 run 4, cross-build against the rule without
+// it, 140 points at 4-200 tokens, MoE tests 119/119): the gate-up (K = 4096 or 7168: 32 or 56 steps) 0.940-0.979x
+// the time where it applied (deepseek EP8 per-tensor 10 / 16 tokens 0.940 / 0.942, block-wise 10 / 16 0.954 /
+// 0.950 (1 CTA per SM: 144 tasks on 132), TP8 10 tokens 0.954-0.956, hy3 TP8 16 0.968, qwen3 EP8 16 / 32
+// 0.958-0.979, qwen3 TP8 18-24 0.970-0.976); the down over K = 1536-2048 (12-16 steps), 1.012-1.075x (hy3 EP8
+// 10 tokens 1.061 / 1.075, deepseek EP8 block-wise 4 tokens 1.067), so short K keeps one slice. Session 22 run 2
+// (HOPPERKIT_MOE_SPLIT) measured S = 2 from 1.14 waves on at 0.996-1.007x: no gain further out.
+constexpr int kSplitTailMinSteps = 32;
 HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSplitWaves) {
   if (tasks <= 0) return 1;
   int s = waves * ctas / tasks;               // up to `waves` slices per CTA
-  if (s == 0 && 8 * tasks <= 9 * ctas) s = 2;  // just past one wave
+  if (s == 0 && k_steps >= kSplitTailMinSteps && 8 * tasks <= 9 * ctas) s = 2;  // just past one wave, long K
   s = s < kMaxSplit ? s : kMaxSplit;
   s = s < k_steps ? s : k_steps;
   s = s < kSplitSlices / tasks ? s : kSplitSlices / tasks;
