@@ -270,6 +270,19 @@ def test_gate_up_tile_heights_forced(bm, scaling):
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
+def test_split_k_just_past_one_wave():
+    """Gate-up tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each
+    (split_k_slices in heuristics.h), so more items than CTAs, each split. On an H200 (132 SMs, 2 CTAs per SM
+    at 16-row tiles): about 70 tiles x 4 column blocks = 280 tasks on 264 CTAs."""
+    from hopperkit.moe import _workspace_views
+    T, H, I, E, K = 70, 4096, 256, 70, 8
+    _, _, ws = run_case(T, H, I, E, K, False, seed=4096, check_repeat=True)
+    assert index_block_m(T, K, E, False, E, H, I) == 16
+    tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * (I // 64)
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert 264 < tasks <= 297, f"{tasks} gate-up tasks: the case is meant for 264 < tasks <= 297"
+
+
 @pytest.mark.parametrize("K", [1, 16])
 def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)
