@@ -69,7 +69,7 @@ struct MoeGemmConfig {
   // FP8 mma.sync: the m16n8k32 e4m3 path compiles to F2FP unpacks, f16 HMMAs and FADDs (session 11 run 6: ~460
   // instructions per warp and stage on the down GEMM at hy3 TP8 128 tokens, issue-bound). Accumulator
   // acc[0][2 b + j][i]: weight row 64 b + 16 warp + g + 8 (i >> 1) of the tile, tile row 8 j + 2 t4 + (i & 1).
-  // 32-row tiles (session 19; 16-24 rows per expert, block-wise up to 32, see block_m()): m64n32k32, four n8 tiles
+  // 32-row tiles (session 19; 12-32 rows per expert by the GEMMs' task counts, see block_m()): m64n32k32, four n8 tiles
   // of tile rows per m64 block: acc[0][4 b + j][i], j = 0..3 (kSwapRowTiles = BM / 8 in general). 48-row tiles
   // (per-tensor, 128 weight rows: m64n48k32, six n8 tiles; the accumulators and the two stage partials take 144
   // registers: 2 CTAs of 160 threads per SM need <= 168 per thread, hence kMinBlocks = 2 below).
@@ -319,7 +319,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
   const int num_tiles = a.counters[BM == 128 ? 2 : 0];
   const int tasks = num_tiles * n_blocks;
-  // decode tiles split K when there are fewer tasks than CTAs (see split_k_slices); work item = (task, slice)
+  // decode tiles split K when there are fewer tasks than CTAs, or just past one wave over a long K (see
+  // split_k_slices); work item = (task, slice)
   const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
   const int items = tasks * S;
   __syncthreads();  // barriers initialised, s_amax cleared

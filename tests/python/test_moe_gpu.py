@@ -283,6 +283,19 @@ def test_split_k_just_past_one_wave():
         assert 264 < tasks <= 297, f"{tasks} gate-up tasks: the case is meant for 264 < tasks <= 297"
 
 
+def test_split_k_just_past_one_wave_down():
+    """The same for the down GEMM over I = 4096 (32 K steps; its weight boxes issued before the grid-dependency
+    wait span the split items): about 70 tiles x 4 column blocks of H = 512 on 264 CTAs (H200). The gate-up
+    (K = 512: 4 steps, 4480 tasks) does not split."""
+    from hopperkit.moe import _workspace_views
+    T, H, I, E, K = 70, 512, 4096, 70, 8
+    _, _, ws = run_case(T, H, I, E, K, False, seed=4097, check_repeat=True)
+    assert index_block_m(T, K, E, False, E, H, I) == 16
+    tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * (H // 128)
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert 264 < tasks <= 297, f"{tasks} down tasks: the case is meant for 264 < tasks <= 297"
+
+
 @pytest.mark.parametrize("K", [1, 16])
 def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)

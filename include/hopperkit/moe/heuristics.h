@@ -35,9 +35,10 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 //    since session 20, below).
 constexpr int kBlockMs[] = {16, 32, 48, 64};
 constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows (few tasks)
-constexpr int64_t kMaxRowsBlockM32 = 24;  // ... 32 rows (block-wise with many gate-up tasks); above: 64
+constexpr int64_t kMaxRowsBlockM32BlockManyTasks = 24;  // ... 32 rows (block-wise, many gate-up tasks); then 64
 // 48-row tiles (per-tensor only: the block-wise gate-up's 256 weight rows would need 288 accumulator and partial
-// registers): the swapped path at N = 48, so that an expert of 25-48 rows is one tile streamed by a CTA of the
+// registers): the swapped path at N = 48, so that an expert of up to 48 rows (from past the 32-row limit: 23, 29
+// or 33 rows per expert on average, below) is one tile streamed by a CTA of the
 // 2-per-SM decode kind instead of a 64-row tile at one CTA per SM (session 19 run 4: the 64-row tiles at 32-43
 // rows per expert 1.7-2.5x the floor). Measured on an H200 (session 20 run 1: 32, 48 and 64 forced on one build,
 // per-tensor, every model and mode at 256-2048 tokens; mean rows per expert as computed here):
@@ -62,7 +63,8 @@ constexpr int64_t kMaxRowsBlockM48 = 43;
 //  * DeepSeek-V3 EP8 and TP8 (32 x 16 and 256 x 2 = 512 tasks, 3.9 per SM): block-wise at 32 rows the
 //    32-row tiles lose (the 64-row tiles 0.86-0.90x their time); per-tensor at 26-32 rows 5-27% slower than
 //    the 48-row tiles; the 32-row tiles faster than the 16-row tiles from 12 rows on;
-//  * Hy3 / Qwen3 (few gate-up tasks) keep the 16-row tiles up to 14-15 rows; per-tensor at 27-32 rows the
+//  * Hy3 / Qwen3 (few gate-up tasks): the 16-row tiles the fastest up to 14 rows on Hy3 and 12 on Qwen3 (15
+//    not measured; the limit stays 15, as before); per-tensor at 27-32 rows the
 //    32-row tiles 4-5% faster than the 48-row tiles under EP8 (few down tasks: 16-24 x 32 = 512-768, at most
 //    5.8 per SM) and 8-13% slower under TP8 at 32 rows (128-192 x 32 = 4096-6144 down tasks, 31-47 per SM).
 // The cut for the gate-up at 3 tasks per SM lies between the measured 2.2 and 3.9; the down's at 8 per SM between
@@ -70,11 +72,11 @@ constexpr int64_t kMaxRowsBlockM48 = 43;
 constexpr int64_t kGateUpFewTasksPerSm = 3;
 constexpr int64_t kDownFewTasksPerSm = 8;
 HK_MOE_HD bool few_gate_up_tasks(int num_local_experts, int intermediate, int num_sms) {
-  return static_cast<int64_t>(num_local_experts) * ((intermediate + 127) / 128) <=
+  return static_cast<int64_t>(num_local_experts) * ((static_cast<int64_t>(intermediate) + 127) / 128) <=
          kGateUpFewTasksPerSm * static_cast<int64_t>(num_sms);
 }
 HK_MOE_HD bool few_down_tasks(int num_local_experts, int hidden, int num_sms) {
-  return static_cast<int64_t>(num_local_experts) * ((hidden + 127) / 128) <=
+  return static_cast<int64_t>(num_local_experts) * ((static_cast<int64_t>(hidden) + 127) / 128) <=
          kDownFewTasksPerSm * static_cast<int64_t>(num_sms);
 }
 constexpr int64_t kMaxRowsBlockM16ManyTasks = 11;  // many gate-up tasks: 32-row tiles from 12 rows
@@ -92,7 +94,7 @@ HK_MOE_HD int block_m(int64_t num_tokens, int top_k, int num_global_experts, boo
                       bool few_down) {
   const int64_t r = mean_rows_per_expert(num_tokens, top_k, num_global_experts);
   if (r <= (few_gate_up ? kMaxRowsBlockM16 : kMaxRowsBlockM16ManyTasks)) return 16;
-  if (block_scaled) return r <= (few_gate_up ? kMaxRowsBlockM32Block : kMaxRowsBlockM32) ? 32 : 64;
+  if (block_scaled) return r <= (few_gate_up ? kMaxRowsBlockM32Block : kMaxRowsBlockM32BlockManyTasks) ? 32 : 64;
   const int64_t max32 = !few_gate_up ? kMaxRowsBlockM32ManyTasks
                         : few_down   ? kMaxRowsBlockM32FewTasks
                                      : kMaxRowsBlockM32ManyDown;
@@ -168,19 +170,20 @@ HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int interm
 }
 constexpr int kTileK = 128;
 
-// Split-K of decode tiles (16 and 32 rows): when the tasks (tile x weight block) are fewer than the resident CTAs,
-// each task's K range is cut into S slices (S <= kMaxSplit, each >= one 128-deep step), the slices' fp32
+// Split-K of the swapped (16- to 48-row) tiles: when the tasks (tile x weight block) are fewer than the resident
+// CTAs, or just past one wave of them over a long K (below), each task's K range is cut into S slices (S <= kMaxSplit, each >= one 128-deep step), the slices' fp32
 // partial tiles go to the workspace and the last slice to arrive sums them in slice order (deterministic).
 // S is chosen on the device from the actual task count: split_k_slices() below.
 constexpr int kMaxSplit = 8;
 constexpr int kSplitSlices = 1024;            // partial tiles the workspace holds (tasks x S never exceed it)
 constexpr int kSplitSliceFloats = 32 * 256;   // the largest split tile (32 rows x 256 weight rows)
-// waves: items per CTA the split aims at. 1 (at most one item per resident CTA): session 7's same-build A/B at
+// waves: items per CTA the split aims at. 1 (at most one item per resident CTA, except just past one wave of
+// long-K tasks: 2 slices, up to 2.25 items per CTA): session 7's same-build A/B at
 // 4-32 tokens (36 points) measured 1 at 0.935x the time of 2 (geomean; 0.73-0.94x at 4-8 tokens, never above
 // 1.02x) and 8 at 1.23x. The profiling switch HOPPERKIT_MOE_SPLIT=n sets it, to re-measure.
 constexpr int kSplitWaves = 1;
 // Just past one wave (tasks in (ctas, ctas + ctas / 8]) of long items (K of at least kSplitTailMinSteps 128-deep
-// steps), two slices: the few items of a second round of whole tasks ran alone for a whole task's time; halves
+// steps: the gate-up at H >= 4096, a down at I >= 4096 too), two slices: the few items of a second round of whole tasks ran alone for a whole task's time; halves
 // make three rounds of half length. Measured on an H200 (session 22 run 4, cross-build against the rule without
 // it, 140 points at 4-200 tokens, MoE tests 119/119): the gate-up (K = 4096 or 7168: 32 or 56 steps) 0.940-0.979x
 // the time where it applied (deepseek EP8 per-tensor 10 / 16 tokens 0.940 / 0.942, block-wise 10 / 16 0.954 /
