@@ -270,30 +270,27 @@ def test_gate_up_tile_heights_forced(bm, scaling):
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
-def test_split_k_just_past_one_wave():
-    """Gate-up tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each
-    (split_k_slices in heuristics.h), so more items than CTAs, each split. On an H200 (132 SMs, 2 CTAs per SM
-    at 16-row tiles): about 70 tiles x 4 column blocks = 280 tasks on 264 CTAs."""
-    from hopperkit.moe import _workspace_views
-    T, H, I, E, K = 70, 4096, 256, 70, 8
-    _, _, ws = run_case(T, H, I, E, K, False, seed=4096, check_repeat=True)
-    assert index_block_m(T, K, E, False, E, H, I) == 16
-    tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * (I // 64)
-    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert 264 < tasks <= 297, f"{tasks} gate-up tasks: the case is meant for 264 < tasks <= 297"
+# Tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each (split_k_slices in
+# heuristics.h), so more items than CTAs, each split. On an H200 (132 SMs, 2 CTAs per SM at 16-row tiles): about
+# 70 tiles x 4 column blocks = 280 tasks on 264 CTAs. gate_up: K = H = 4096 (the down's K = 256 does not split);
+# down: K = I = 4096, its weight boxes issued before the grid-dependency wait spanning the split items (the
+# gate-up's K = 512 has 4480 tasks: no split).
+SPLIT_TAIL_CASES = {  # GEMM: (H, I, output columns per task, seed)
+    "gate_up": (4096, 256, 64, 4096),
+    "down": (512, 4096, 128, 4097),
+}
 
 
-def test_split_k_just_past_one_wave_down():
-    """The same for the down GEMM over I = 4096 (32 K steps; its weight boxes issued before the grid-dependency
-    wait span the split items): about 70 tiles x 4 column blocks of H = 512 on 264 CTAs (H200). The gate-up
-    (K = 512: 4 steps, 4480 tasks) does not split."""
+@pytest.mark.parametrize("gemm", list(SPLIT_TAIL_CASES))
+def test_split_k_just_past_one_wave(gemm):
     from hopperkit.moe import _workspace_views
-    T, H, I, E, K = 70, 512, 4096, 70, 8
-    _, _, ws = run_case(T, H, I, E, K, False, seed=4097, check_repeat=True)
+    H, I, cols, seed = SPLIT_TAIL_CASES[gemm]
+    T, E, K = 70, 70, 8
+    _, _, ws = run_case(T, H, I, E, K, False, seed=seed, check_repeat=True)
     assert index_block_m(T, K, E, False, E, H, I) == 16
-    tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * (H // 128)
+    tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * ((I if gemm == "gate_up" else H) // cols)
     if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert 264 < tasks <= 297, f"{tasks} down tasks: the case is meant for 264 < tasks <= 297"
+        assert 264 < tasks <= 297, f"{tasks} {gemm} tasks: the case is meant for 264 < tasks <= 297"
 
 
 @pytest.mark.parametrize("K", [1, 16])
