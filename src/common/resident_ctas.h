@@ -11,6 +11,20 @@ namespace hopperkit {
 
 constexpr int kMaxDevices = 64;  // per-device launch caches (resident CTAs) hold this many devices
 
+// SMs of the current device, queried on the first call per device and cached (host only).
+inline int device_sm_count() {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  int dev = 0;
+  HK_CUDA_CHECK(cudaGetDevice(&dev));
+  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  int sms = cache[dev].load(std::memory_order_acquire);
+  if (sms == 0) {
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cache[dev].store(sms, std::memory_order_release);
+  }
+  return sms;
+}
+
 // CTAs of `kernel` resident at once on the current device (occupancy per SM x SMs), measured on the first call
 // per device and kept in `cache` (one per kernel; threads racing on the first call store the same value).
 // A kernel with dynamic shared memory gets its maximum set first. `what` names the kernel in the error.
@@ -25,28 +39,13 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (
     if (smem_bytes > 0) {
       HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     }
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
-    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     HK_CHECK(kUnsupported, per_sm >= 1, what, "at least one resident CTA per SM", per_sm);
-    res = per_sm * sms;
+    res = per_sm * device_sm_count();
     cache[dev].store(res, std::memory_order_release);
   }
   return res;
-}
-
-// SMs of the current device, queried on the first call per device and cached (host only).
-inline int device_sm_count() {
-  static std::atomic<int> cache[kMaxDevices] = {};
-  int dev = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&dev));
-  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
-  int sms = cache[dev].load(std::memory_order_acquire);
-  if (sms == 0) {
-    HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    cache[dev].store(sms, std::memory_order_release);
-  }
-  return sms;
 }
 
 }  // namespace hopperkit

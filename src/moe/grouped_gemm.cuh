@@ -14,8 +14,8 @@
 //    down: the A rows are contiguous (by sorted slot) and arrive by TMA (block-wise scales still by cp.async);
 //  * consumers wait on the stage's full barrier, run wgmma on it straight from shared memory (fp32
 //    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
-//  * 16-, 32- and 48-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16 or
-//    32 rows per m64n16k32 / m64n32k32), one stage's group in flight while the previous stage's sum is added
+//  * 16-, 32- and 48-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16,
+//    32 or 48 rows per m64n16k32 / m64n32k32 / m64n48k32), one stage's group in flight while the previous stage's sum is added
 //    (wait_group 1).
 //  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
 //    while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles (where the

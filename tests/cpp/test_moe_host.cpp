@@ -70,7 +70,7 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(block_m(16384, 8, 256, true, false, false), 64);
   for (int c = 0; c < 8; ++c) {  // per-tensor / block-wise, few or many gate-up tasks, few or many down tasks
     const bool block = c & 1, few_gate_up = c & 2, few_down = c & 4;
-    for (int64_t t = 1; t <= 4096; ++t) {  // one of kBlockMs, never lower for more rows
+    for (int64_t t = 1; t <= 4096; ++t) {  // 16, 32, 48 (per-tensor) or 64, never lower for more rows
       const int bm = block_m(t, 8, 128, block, few_gate_up, few_down);
       EXPECT_TRUE(bm == 16 || bm == 32 || (bm == 48 && !block) || bm == 64) << t;
       EXPECT_LE(block_m(t - 1 > 0 ? t - 1 : 1, 8, 128, block, few_gate_up, few_down), bm) << t;

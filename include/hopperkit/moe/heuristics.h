@@ -23,7 +23,7 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
   return num_global_experts > 0 ? (num_tokens * top_k + num_global_experts - 1) / num_global_experts : 0;
 }
 
-// GEMM tile height (rows of one expert per tile), one of kBlockMs: decode (a few rows per expert) uses short
+// GEMM tile height (rows of one expert per tile: 16, 32, 48 or 64): decode (a few rows per expert) uses short
 // tiles so that the weights, not padding rows, dominate; 64-row tiles (8 warps, 2 x 4) do 4x the MMA work per
 // weight byte. Between them, 32-row tiles (the 16-row tiles' swapped wgmma at N = 32). Measured on an H200
 // (session 19, runs 4 and 5: each height forced on one build, all models and modes at 64-2048 tokens):
@@ -33,7 +33,6 @@ HK_MOE_HD int64_t mean_rows_per_expert(int64_t num_tokens, int top_k, int num_gl
 //  * 11 rows (hy3 256): the 16-row tiles 7-9% faster; 32 rows (512-1024 tokens): the 64-row tiles 10-19%
 //    faster on deepseek and qwen3 TP8, 13-15% slower on qwen3 EP8 (then kept at 64; per-tensor 48-row tiles
 //    since session 20, below).
-constexpr int kBlockMs[] = {16, 32, 48, 64};
 constexpr int64_t kMaxRowsBlockM16 = 15;  // mean rows per expert up to which the tiles have 16 rows (few tasks)
 constexpr int64_t kMaxRowsBlockM32BlockManyTasks = 24;  // ... 32 rows (block-wise, many gate-up tasks); then 64
 // 48-row tiles (per-tensor only: the block-wise gate-up's 256 weight rows would need 288 accumulator and partial
