@@ -11,6 +11,8 @@
 //   two_stage : the GEMM's way, 2 stages of one 128 B x 128-row box each (16 KB stage slots; 24 KB of data)
 //   one_sw64  : one stage per item, one box of [3 K chunks][128 rows][64 B] (64-byte swizzle, 24 KB): a 3-d view
 //               whose K chunk is the outer box dimension, the layout a K-major wgmma with 64-byte swizzle reads
+//               (its chunk stride, 64, is below its row stride, 192: if the driver rejects that, the line says so)
+//   three_sw64: the same stage and layout from three boxes of 64 B x 128 rows (K 0, 64, 128), ordinary strides
 //   linear    : one stage per item, the 24 KB block as one 192 B x 128-row box, no swizzle (the pattern's bound)
 // plus a plain vectorised read of the whole buffer.
 //
@@ -50,7 +52,7 @@ constexpr int kThreads = 32 * (kConsumerWarps + 1);
     }                                                                                          \
   } while (0)
 
-// MODE 0 two_stage, 1 one_sw64, 2 linear
+// MODE 0 two_stage, 1 one_sw64, 2 linear, 3 three_sw64
 template <int MODE>
 struct Pattern {
   static constexpr int kStagesPerItem = MODE == 0 ? 2 : 1;
@@ -89,6 +91,9 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const __grid_constant_
           tma_load_4d(dst, &map, &full[slot], s * 128, r0, e, 0, policy);  // [K 192][rows H][E]
         } else if constexpr (MODE == 1) {
           tma_load_4d(dst, &map, &full[slot], 0, r0, 0, e, policy);  // [64 B][rows H][3 chunks][E]
+        } else if constexpr (MODE == 3) {
+          for (int c = 0; c < kK / 64; ++c)  // [K 192][rows H][E], boxes 64 x 128 at K = 64 c
+            tma_load_4d(dst + c * kItemRows * 64, &map, &full[slot], 64 * c, r0, e, 0, policy);
         } else {
           tma_load_4d(dst, &map, &full[slot], 0, r0, e, 0, policy);  // [192 B][rows H][E], box 192 x 128
         }
@@ -149,11 +154,11 @@ int run_mode(const char* name, uint8_t* w, int experts, int hidden, int reps, in
     spec.strides_bytes[0] = kK, spec.strides_bytes[1] = 64, spec.strides_bytes[2] = uint64_t(hidden) * kK;
     spec.box[0] = 64, spec.box[1] = kItemRows, spec.box[2] = kK / 64, spec.box[3] = 1;
     spec.swizzle = CU_TENSOR_MAP_SWIZZLE_64B;
-  } else {
+  } else {  // [E][H][K]: one 192-byte box (linear) or 64-byte boxes with the 64-byte swizzle (three_sw64)
     spec.dims[0] = kK, spec.dims[1] = hidden, spec.dims[2] = experts, spec.dims[3] = 1;
     spec.strides_bytes[0] = kK, spec.strides_bytes[1] = uint64_t(hidden) * kK, spec.strides_bytes[2] = total;
-    spec.box[0] = kK, spec.box[1] = kItemRows, spec.box[2] = 1, spec.box[3] = 1;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
+    spec.box[0] = MODE == 2 ? kK : 64, spec.box[1] = kItemRows, spec.box[2] = 1, spec.box[3] = 1;
+    spec.swizzle = MODE == 2 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_64B;
   }
   CUtensorMap map;
   try {
@@ -210,6 +215,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   rc |= run_mode<0>("two_stage", w, experts, hidden, reps, sms, ea, eb);
   rc |= run_mode<1>("one_sw64", w, experts, hidden, reps, sms, ea, eb);
+  rc |= run_mode<3>("three_sw64", w, experts, hidden, reps, sms, ea, eb);
   rc |= run_mode<2>("linear", w, experts, hidden, reps, sms, ea, eb);
   cudaFree(w);
   cudaFree(sink);

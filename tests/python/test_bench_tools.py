@@ -44,3 +44,40 @@ def test_ab_report_without_a_baseline(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert ab_report.main([str(tmp_path), str(out), "prologue_bench", "baseline", "v1"]) == 0
     assert "no baseline rows" in capsys.readouterr().out
+
+
+def test_sass_digest_waits_regions_and_top(tmp_path):
+    """The stall-profile digest: a wait's samples are found on the first instruction that uses its predicate
+    (other instructions may sit between), regions split by address, shares over all samples."""
+    from bench import sass_digest
+    cols = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+            "stall_long_sb", "stall_wait", "stall_long_sb (Not Issued)"]
+    rows = [
+        ("0x100", "SYNCS.PHASECHK.TRANS64.TRYWAIT P4, [R19+URZ], R12", 1, 64, 0, 1),
+        ("0x110", "IMAD.IADD R2, R7, 0x1, -R2", 2, 64, 0, 2),
+        ("0x120", "@P4   BRA 0x200", 50, 64, 50, 0),            # the consumers' wait lands here
+        ("0x130", "QGMMA.64x32x32.F32.E4M3.E4M3 R40, gdesc[UR8], RZ, !UPT", 7, 64, 0, 7),
+        ("0x200", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R66+URZ], R47", 0, 16, 0, 0),
+        ("0x210", "@P0   BRA 0x230", 10, 16, 10, 0),
+        ("0x220", "LDGSTS.E.BYPASS.128 desc[UR6][R58.64], P0, [R47]", 30, 128, 0, 30),
+    ]
+    lines = ['"==PROF== preamble"', ",".join(f'"{c}"' for c in cols)]
+    lines += [",".join(f'"{v}"' for v in (a, s, n, x, ls, w, 0)) for a, s, n, x, ls, w in rows]
+    path = tmp_path / "sass.csv"
+    path.write_text("\n".join(lines) + "\n")
+    cols_read, body = sass_digest.load(str(path))
+    d = sass_digest.digest(cols_read, body, splits=[0x200], top=2)
+    assert d["samples"] == 100 and d["instructions"] == 7
+    assert [t["address"] for t in d["top"]] == ["0x120", "0x220"] and d["top"][0]["pct"] == 50.0
+    w0, w1 = d["barrier_waits"]
+    assert (w0["address"], w0["use_pct"], w0["executed"]) == ("0x100", 50.0, 64)
+    assert (w1["address"], w1["use_pct"]) == ("0x200", 10.0)
+    r0, r1 = d["regions"]
+    assert (r0["pct"], r0["warp_instructions"]) == (60.0, 256) and (r1["pct"], r1["warp_instructions"]) == (40.0, 160)
+    assert r1["stall_reasons_pct"] == {"wait": 75.0, "long_sb": 25.0}
+    assert sass_digest.main([str(path), "--top", "1", "--split", "0x200"]) == 0
+    out = tmp_path / "d.json"
+    assert sass_digest.main([str(path), "--split", "+0x100", "--json", str(out)]) == 0  # 0x100 + 0x100
+    assert [g["pct"] for g in json.loads(out.read_text())["regions"]] == [60.0, 40.0]
+    (tmp_path / "bad.csv").write_text("no table here\n")
+    assert sass_digest.main([str(tmp_path / "bad.csv")]) == 1
