@@ -24,12 +24,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
-#include <vector>
 
+#include "micro_common.cuh"
 #include "common/ptx.cuh"
 #include "common/tensor_map.h"
 #include "hopperkit/error.h"
@@ -44,15 +42,6 @@ constexpr int kItemRows = 128;       // output rows per item
 constexpr int kItemBytes = kItemRows * kK;  // 24 KB
 constexpr int kConsumerWarps = 4;
 constexpr int kThreads = 32 * (kConsumerWarps + 1);
-
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      return 1;                                                                                \
-    }                                                                                          \
-  } while (0)
 
 // MODE 0 two_stage, 1 one_sw64, 2 linear, 3 three_sw64
 template <int MODE>
@@ -113,31 +102,6 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const __grid_constant_
   }
 }
 
-__global__ void read_kernel(const int4* __restrict__ p, size_t n, int* sink) {
-  int acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const int4 v = __ldcs(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678) *sink = acc;
-}
-
-template <typename F>
-float median_us(F&& launch, int reps, cudaEvent_t a, cudaEvent_t b) {
-  std::vector<float> t;
-  for (int i = 0; i < reps + 2; ++i) {
-    cudaEventRecord(a);
-    launch();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    if (i >= 2) t.push_back(ms * 1000.f);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 template <int MODE>
 int run_mode(const char* name, uint8_t* w, int experts, int hidden, int reps, int sms, cudaEvent_t ea,
              cudaEvent_t eb) {
@@ -163,28 +127,11 @@ int run_mode(const char* name, uint8_t* w, int experts, int hidden, int reps, in
     spec.swizzle = MODE == 2 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_64B;
   }
   CUtensorMap map;
-  try {
-    map = make_tensor_map(spec, "w2");
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "%s: tensor map rejected: %s\n", name, ex.what());
-    return 1;
-  }
+  if (!micro::encode_map(spec, name, map)) return 1;
   const int smem = P::kStages * P::kSlotBytes + 2 * P::kStages * 8 + 1024;
-  auto kernel = stream_kernel<MODE>;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const int items = experts * (hidden / kItemRows);
-  const int grid = std::min(items, per_sm * sms);
-  auto launch = [&] { kernel<<<grid, kThreads, smem>>>(map, experts, items); };
-  launch();
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  const float us = median_us(launch, reps, ea, eb);
-  CK(cudaGetLastError());
-  std::printf("%-10s items %5d grid %4d (%d per SM)  %9.1f us  %6.2f TB/s\n", name, items, grid, per_sm, us,
-              total / (us * 1e-6) / 1e12);
-  return 0;
+  return micro::time_ring(name, stream_kernel<MODE>, kThreads, smem, items, sms, reps, double(total), ea, eb, map,
+                          experts, items);
 }
 
 }  // namespace
@@ -198,22 +145,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MICRO_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t total = size_t(experts) * hidden * kK;
-  uint8_t* w = nullptr;
-  int* sink = nullptr;
-  CK(cudaMalloc(&w, total));
-  CK(cudaMalloc(&sink, 4));
-  CK(cudaMemset(w, 0x11, total));
-  cudaEvent_t ea, eb;
-  CK(cudaEventCreate(&ea));
-  CK(cudaEventCreate(&eb));
   std::printf("down_stream: w2 %d experts x %d rows x %d B = %.1f MB, %d SMs\n", experts, hidden, kK, total / 1e6,
               sms);
-  const float us = median_us(
-      [&] { read_kernel<<<sms * 8, 512>>>(reinterpret_cast<const int4*>(w), total / 16, sink); }, reps, ea, eb);
-  CK(cudaGetLastError());
-  std::printf("%-10s %41.1f us  %6.2f TB/s\n", "ldg", us, total / (us * 1e-6) / 1e12);
+  micro::Buffer buf;
+  if (micro::setup_and_read(buf, total, sms, reps) != 0) return 1;
+  uint8_t* w = buf.w;
+  cudaEvent_t ea = buf.a, eb = buf.b;
   int rc = 0;
   rc |= run_mode<0>("two_stage", w, experts, hidden, reps, sms, ea, eb);
   rc |= run_mode<3>("three_sw64", w, experts, hidden, reps, sms, ea, eb);
@@ -221,7 +160,7 @@ int main(int argc, char** argv) {
   // last: its map (a chunk stride below the row stride) is the one the driver or the copy engine might refuse,
   // and a fault in a kernel would end the measurements after it
   rc |= run_mode<1>("one_sw64", w, experts, hidden, reps, sms, ea, eb);
-  cudaFree(w);
-  cudaFree(sink);
+  cudaFree(buf.w);
+  cudaFree(buf.sink);
   return rc;
 }

@@ -18,11 +18,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
+#include "micro_common.cuh"
 #include "common/ptx.cuh"
 #include "common/tensor_map.h"
 #include "hopperkit/error.h"
@@ -40,15 +39,6 @@ constexpr int kItemRows = 128;   // rows per item
 constexpr int kItemStages = kItemRows * kK / kStageBytes;  // 32
 constexpr int kConsumerWarps = 4;
 constexpr int kThreads = 32 * (kConsumerWarps + 1);
-
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      return 1;                                                                                \
-    }                                                                                          \
-  } while (0)
 
 // MODE: 0 rows128, 1 k256, 2 k512, 3 k1024, 4 linear
 template <int MODE>
@@ -107,31 +97,6 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const __grid_constant_
   }
 }
 
-__global__ void read_kernel(const int4* __restrict__ p, size_t n, int* sink) {
-  int acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const int4 v = __ldcs(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678) *sink = acc;
-}
-
-template <typename F>
-float median_us(F&& launch, int reps, cudaEvent_t a, cudaEvent_t b) {
-  std::vector<float> t;
-  for (int i = 0; i < reps + 2; ++i) {
-    cudaEventRecord(a);
-    launch();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    if (i >= 2) t.push_back(ms * 1000.f);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 template <int MODE>
 int run_mode(const char* name, uint8_t* w, int experts, int reps, int sms, cudaEvent_t ea, cudaEvent_t eb) {
   TensorMap4d spec{};
@@ -150,29 +115,12 @@ int run_mode(const char* name, uint8_t* w, int experts, int reps, int sms, cudaE
     spec.box[0] = 128, spec.box[1] = box_rows, spec.box[2] = 1, spec.box[3] = 1;
   }
   CUtensorMap map;
-  try {
-    map = make_tensor_map(spec, "w");
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "%s: %s\n", name, ex.what());
-    return 1;
-  }
+  if (!micro::encode_map(spec, name, map)) return 1;
   const int smem = kStages * kStageBytes + 2 * kStages * 8 + 1024;
-  auto kernel = stream_kernel<MODE>;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const int blocks_per_expert = kRows / kItemRows;
   const int items = experts * blocks_per_expert;
-  const int grid = std::min(items, per_sm * sms);
-  auto launch = [&] { kernel<<<grid, kThreads, smem>>>(map, items, blocks_per_expert); };
-  launch();
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  const float us = median_us(launch, reps, ea, eb);
-  CK(cudaGetLastError());
-  std::printf("%-8s items %4d grid %4d (%d per SM)  %9.1f us  %6.2f TB/s\n", name, items, grid, per_sm, us,
-              total / (us * 1e-6) / 1e12);
-  return 0;
+  return micro::time_ring(name, stream_kernel<MODE>, kThreads, smem, items, sms, reps, double(total), ea, eb, map,
+                          items, blocks_per_expert);
 }
 
 }  // namespace
@@ -181,27 +129,20 @@ int main(int argc, char** argv) {
   const int experts = argc > 1 ? std::atoi(argv[1]) : 192;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
   int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  MICRO_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t total = size_t(experts) * kRows * kK;
-  uint8_t* w = nullptr;
-  int* sink = nullptr;
-  CK(cudaMalloc(&w, total));
-  CK(cudaMalloc(&sink, 4));
-  CK(cudaMemset(w, 0x11, total));
-  cudaEvent_t ea, eb;
-  CK(cudaEventCreate(&ea));
-  CK(cudaEventCreate(&eb));
   std::printf("weight_stream: %d experts x %d rows x %d B = %.1f MB, %d SMs\n", experts, kRows, kK, total / 1e6, sms);
-  const float us = median_us([&] { read_kernel<<<sms * 8, 512>>>(reinterpret_cast<const int4*>(w), total / 16, sink); },
-                             reps, ea, eb);
-  CK(cudaGetLastError());
-  std::printf("%-8s %39.1f us  %6.2f TB/s\n", "ldg", us, total / (us * 1e-6) / 1e12);
+  micro::Buffer buf;
+  if (micro::setup_and_read(buf, total, sms, reps) != 0) return 1;
+  uint8_t* w = buf.w;
+  cudaEvent_t ea = buf.a, eb = buf.b;
   int rc = 0;
   rc |= run_mode<0>("rows128", w, experts, reps, sms, ea, eb);
   rc |= run_mode<1>("k256", w, experts, reps, sms, ea, eb);
   rc |= run_mode<2>("k512", w, experts, reps, sms, ea, eb);
   rc |= run_mode<3>("k1024", w, experts, reps, sms, ea, eb);
   rc |= run_mode<4>("linear", w, experts, reps, sms, ea, eb);
-  cudaFree(w);
+  cudaFree(buf.w);
+  cudaFree(buf.sink);
   return rc;
 }
