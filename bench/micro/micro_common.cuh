@@ -1,6 +1,7 @@
-// Shared pieces of the micro-benchmarks in bench/micro: the CUDA-call check of their host code (prints and
-// returns 1 from the calling function), a plain vectorised read of a buffer (the streaming reference), the
-// median of timed launches, and the timing of a persistent ring kernel on its resident grid.
+// Shared host pieces of the micro-benchmarks in bench/micro: the CUDA-call check (prints and returns 1 from the
+// calling function), the tensor-map encode that reports a rejection, the device buffer with its plain vectorised
+// read (the streaming reference), the median of timed launches, and the timing of a persistent ring kernel on
+// its resident grid.
 #pragma once
 
 #include <cuda.h>
