@@ -46,7 +46,8 @@ def digest(cols: list[str], body: list[list[str]], splits: list[int] | None = No
             raise ValueError(f"column {name!r} not in the CSV: {cols}")
         return i
 
-    a_i, s_i, n_i, x_i = col("Address"), col("Source"), col("Warp Stall Sampling (All"), col("Instructions Executed")
+    a_i = col("# Address") if any(c.startswith("# Address") for c in cols) else col("Address")  # ncu versions
+    s_i, n_i, x_i = col("Source"), col("Warp Stall Sampling (All"), col("Instructions Executed")
     reasons = [(k, c) for k, c in enumerate(cols) if c.startswith("stall_") and "Not Issued" not in c]
     total = sum(_num(r[n_i]) for r in body) or 1.0
 
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         cols, body = load(args.csv)
-        first = int(body[0][cols.index("Address")].strip(), 16) if body else 0
+        a_col = next(k for k, c in enumerate(cols) if c in ("# Address", "Address"))
+        first = int(body[0][a_col].strip(), 16) if body else 0
         splits = [first + int(s[1:], 16) if s.startswith("+") else int(s, 16) for s in args.split]
         d = digest(cols, body, splits, args.top)
     except (OSError, ValueError) as e:
