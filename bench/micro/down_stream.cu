@@ -47,10 +47,10 @@ constexpr int kThreads = 32 * (kConsumerWarps + 1);
 template <int MODE>
 struct Pattern {
   static constexpr int kStagesPerItem = MODE == 0 ? 2 : 1;
+  // a slot is what one stage's boxes bring, the expect-tx count too (two_stage's second box counts its zero-filled
+  // half: TMA delivers it)
   static constexpr int kSlotBytes = MODE == 0 ? 16384 : kItemBytes;
   static constexpr int kStages = MODE == 0 ? 6 : 4;  // 96 KB of ring per CTA either way: 2 CTAs per SM
-  // bytes a stage's box brings (the zero-filled part of two_stage's second box counts: TMA delivers it)
-  static constexpr int kStageTx = MODE == 0 ? 16384 : kItemBytes;
 };
 
 template <int MODE>
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const __grid_constant_
       for (int s = 0; s < P::kStagesPerItem; ++s, ++step) {
         const int slot = step % P::kStages;
         if (step >= P::kStages) mbar_wait_bounded(&empty[slot], ((step / P::kStages) - 1) & 1);
-        mbar_arrive_expect_tx(&full[slot], P::kStageTx);
+        mbar_arrive_expect_tx(&full[slot], P::kSlotBytes);
         uint8_t* dst = smem + slot * P::kSlotBytes;
         if constexpr (MODE == 0) {
           tma_load_4d(dst, &map, &full[slot], s * 128, r0, e, 0, policy);  // [K 192][rows H][E]
@@ -126,11 +126,9 @@ int run_mode(const char* name, uint8_t* w, int experts, int hidden, int reps, in
     spec.box[0] = MODE == 2 ? kK : 64, spec.box[1] = kItemRows, spec.box[2] = 1, spec.box[3] = 1;
     spec.swizzle = MODE == 2 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_64B;
   }
-  CUtensorMap map;
-  if (!micro::encode_map(spec, name, map)) return 1;
   const int smem = P::kStages * P::kSlotBytes + 2 * P::kStages * 8 + 1024;
   const int items = experts * (hidden / kItemRows);
-  return micro::time_ring(name, stream_kernel<MODE>, kThreads, smem, items, sms, reps, double(total), ea, eb, map,
+  return micro::time_ring(name, spec, stream_kernel<MODE>, kThreads, smem, items, sms, reps, double(total), ea, eb,
                           experts, items);
 }
 

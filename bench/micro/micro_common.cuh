@@ -85,17 +85,20 @@ inline int setup_and_read(Buffer& buf, size_t bytes, int sms, int reps) {
   return 0;
 }
 
-// A persistent kernel over `items` work items on its resident grid (occupancy x SMs, at most one CTA per item):
-// one checked launch, then the median of `reps`; prints the line "name items grid (per SM) us TB/s" for `bytes`.
-// Returns 1 (after printing why) if a CUDA call fails.
+// A persistent kernel taking (the tensor map of `spec`, args...) over `items` work items on its resident grid
+// (occupancy x SMs, at most one CTA per item): one checked launch, then the median of `reps`; prints the line
+// "name items grid (per SM) us TB/s" for `bytes`. Returns 1 (after printing why) if the map is rejected or a
+// CUDA call fails.
 template <typename Kernel, typename... Args>
-int time_ring(const char* name, Kernel kernel, int threads, int smem, int items, int sms, int reps, double bytes,
-              cudaEvent_t a, cudaEvent_t b, Args... args) {
+int time_ring(const char* name, const hopperkit::TensorMap4d& spec, Kernel kernel, int threads, int smem, int items,
+              int sms, int reps, double bytes, cudaEvent_t a, cudaEvent_t b, Args... args) {
+  CUtensorMap map;
+  if (!encode_map(spec, name, map)) return 1;
   MICRO_CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
   MICRO_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   const int grid = std::min(items, per_sm * sms);
-  auto launch = [&] { kernel<<<grid, threads, smem>>>(args...); };
+  auto launch = [&] { kernel<<<grid, threads, smem>>>(map, args...); };
   launch();
   MICRO_CK(cudaGetLastError());
   MICRO_CK(cudaDeviceSynchronize());

@@ -114,12 +114,10 @@ int run_mode(const char* name, uint8_t* w, int experts, int reps, int sms, cudaE
     spec.strides_bytes[0] = kK, spec.strides_bytes[1] = uint64_t(kRows) * kK, spec.strides_bytes[2] = total;
     spec.box[0] = 128, spec.box[1] = box_rows, spec.box[2] = 1, spec.box[3] = 1;
   }
-  CUtensorMap map;
-  if (!micro::encode_map(spec, name, map)) return 1;
   const int smem = kStages * kStageBytes + 2 * kStages * 8 + 1024;
   const int blocks_per_expert = kRows / kItemRows;
   const int items = experts * blocks_per_expert;
-  return micro::time_ring(name, stream_kernel<MODE>, kThreads, smem, items, sms, reps, double(total), ea, eb, map,
+  return micro::time_ring(name, spec, stream_kernel<MODE>, kThreads, smem, items, sms, reps, double(total), ea, eb,
                           items, blocks_per_expert);
 }
 
