@@ -92,6 +92,17 @@ def measure_read_TBps(gib: float = 2.0, replays: int = 20) -> float:
     return n * 2 / (us * 1e-6) / 1e12
 
 
+def read_kernel_us(nbytes: int, n_sets: int = 1, replays: int = 20, warmup: int = 3) -> float:
+    """Median microseconds per call of the read ceiling's kernel (a bf16 torch.sum) over nbytes, rotating over n_sets
+    buffers in one CUDA graph as the benchmarks rotate their inputs: what a plain memory-bound kernel reading that
+    many bytes reaches, launch, ramp and tail included (the floor, bytes / read bandwidth, leaves those out)."""
+    bufs = [torch.randn(max(1, nbytes // 2), dtype=torch.bfloat16, device="cuda") for _ in range(max(1, n_sets))]
+    fns = [lambda b=b: b.sum() for b in bufs]
+    for fn in fns:
+        fn()
+    return time_graph(fns, replays=replays, warmup=warmup)
+
+
 def measure_copy_TBps(gib: float = 2.0, replays: int = 20) -> float:
     """Copy bandwidth through an elementwise kernel over `gib` GiB (dst = src * 1), counting bytes read + written.
 

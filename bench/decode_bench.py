@@ -279,23 +279,29 @@ def report(rows, impls) -> str:
     """Times (us), time / floor ('/fl'), and each peer's time / hopperkit's ('peer/hk' > 1: hopperkit faster)."""
     keys = list(dict.fromkeys((r["scenario"], r["dtype"]) for r in rows if r["impl"] in impls))
     peers = [i for i in impls if i != "hopperkit"] if "hopperkit" in impls else []
-    headers = ["scenario", "dtype", "floor"] + [h for i in impls for h in (SHORT[i], f"{SHORT[i]}/fl")]
+    headers = ["scenario", "dtype", "floor", "read"] + [h for i in impls for h in (SHORT[i], f"{SHORT[i]}/fl")]
+    headers += ["hk/read"] if "hopperkit" in impls else []
     headers += [f"{SHORT[p]}/hk" for p in peers]
     table = []
     for scn, dt in keys:
         by = {r["impl"]: r for r in rows if (r["scenario"], r["dtype"]) == (scn, dt)}
         floor = next((r["floor_us"] for r in by.values() if r["floor_us"]), None)
+        read = next((r["same_bytes_read_us"] for r in by.values() if r.get("same_bytes_read_us")), None)
         us = {i: by.get(i, {}).get("us") for i in impls}
-        line = [scn, dt, fmt(floor, ".2f")]
+        line = [scn, dt, fmt(floor, ".2f"), fmt(read, ".2f")]
         for i in impls:
             bad = "!" if by.get(i, {}).get("ok") is False and us[i] is not None else ""
             line += [fmt(us[i], ".2f") + bad, fmt(us[i] / floor if us[i] and floor else None, ".2f")]
         hk = us.get("hopperkit")
+        if "hopperkit" in impls:
+            line += [fmt(hk / read if hk and read else None, ".2f")]
         line += [fmt(us[p] / hk if us[p] and hk else None, ".2f") for p in peers]
         table.append(line)
     legend = ", ".join(f"{v} = {k}" for k, v in SHORT.items() if k in impls)
     text = [common.format_table(headers, table),
-            f"us per call; /fl = time / HBM floor (target <= 1.25); x/hk = x's time / hopperkit's; {legend};"
+            f"us per call; /fl = time / HBM floor (target <= 1.25); read = the read ceiling's kernel (torch.sum) over"
+            f" the same KV bytes and rotation, launch and ramp included; hk/read = hopperkit / read;"
+            f" x/hk = x's time / hopperkit's; {legend};"
             " '!' = wrong output (rel_err over tolerance or plan error)"]
     plans = [r for r in rows if r["impl"] == "hopperkit_plan"]
     if plans:
@@ -427,12 +433,20 @@ def main(argv=None) -> int:
                 refs = (reference(case, case.sets[0]), reference(case, case.sets[-1]))
             except Exception as e:  # noqa: BLE001
                 prog.write(f"{name} {dt}: building the inputs failed: {_error(e)}")
+            read_us = None
+            if case is not None:
+                try:  # the read ceiling's kernel over the scenario's KV bytes: the floor plus launch, ramp and tail
+                    read_us = common.read_kernel_us(nbytes, len(case.sets), replays, warmup)
+                except Exception as e:  # noqa: BLE001
+                    prog.write(f"{name} {dt}: same-bytes read failed: {_error(e)}")
+                common.free_cuda()
             for impl in args.impls:
                 if case is None:
                     rows.append({"scenario": name, "dtype": dt, "impl": impl, "us": None, "floor_us": floor_us,
                                  "ok": False, "skip_reason": "inputs could not be built"})
                 else:
                     rows.append(run_impl(impl, case, refs, floor_us, replays, warmup))
+                rows[-1]["same_bytes_read_us"] = read_us
                 prog.update(f"{name} {dt} {impl}")
                 common.free_cuda()
             del case, refs

@@ -81,3 +81,20 @@ def test_sass_digest_waits_regions_and_top(tmp_path):
     assert [g["pct"] for g in json.loads(out.read_text())["regions"]] == [60.0, 40.0]
     (tmp_path / "bad.csv").write_text("no table here\n")
     assert sass_digest.main([str(tmp_path / "bad.csv")]) == 1
+
+
+def test_decode_report_same_bytes_read_column():
+    """The decode table shows the same-bytes read kernel's time and hopperkit's time over it, per scenario."""
+    from bench import decode_bench
+    rows = [{"scenario": "s1", "dtype": "fp8", "impl": "hopperkit", "us": 30.0, "floor_us": 15.0, "ok": True,
+             "same_bytes_read_us": 20.0},
+            {"scenario": "s1", "dtype": "fp8", "impl": "flashinfer", "us": 45.0, "floor_us": 15.0, "ok": True,
+             "same_bytes_read_us": 20.0},
+            {"scenario": "s2", "dtype": "bf16", "impl": "hopperkit", "us": 12.0, "floor_us": 4.0, "ok": True}]
+    text = decode_bench.report(rows, ["hopperkit", "flashinfer"])
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("scenario"))
+    assert "read" in header.split() and "hk/read" in header.split()
+    s1 = next(line.split() for line in text.splitlines() if line.lstrip().startswith("s1"))
+    assert s1[:4] == ["s1", "fp8", "15.00", "20.00"] and "1.50" in s1 and "2.00" in s1  # hk/read, hk/fl
+    s2 = next(line.split() for line in text.splitlines() if line.lstrip().startswith("s2"))
+    assert s2[3] == "-" and s2[8] == "-"  # no read time measured: no ratio either
