@@ -9,7 +9,9 @@
 //     operands, fp8 -> f16 exactly), online softmax in the log2 domain. All query rows of a (request, KV head)
 //     pair -- q_len tokens x group heads -- sit in the MMA's M dimension, so GQA reads each KV tile once.
 //     Warps split rows (16 per m-tile) and, when rows are few, split each tile's tokens (kTW groups); token
-//     groups are merged through shared memory at the end of a chunk.
+//     groups are merged through shared memory at the end of a chunk. The fp8-query variant (fp8q_r16) computes
+//     S^T = K Q^T on wgmma with the warps splitting the tile's tokens, then exchanges P through shared memory
+//     each tile so that the warps split the head dims for P V: no token-group merge.
 //   A pair finished in this CTA is written straight to `out`; a piece of a split pair is written to the
 //   plan's FP32 partial slot with its LSE, and the CTA that finishes the pair's last piece merges them.
 //
@@ -850,7 +852,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     // S^T = K Q^T on wgmma (T::kWgQk, fp8 query): the accumulator of warp w holds tokens 16 w + g, 16 w + g + 8
     // (g = lane / 4) of the tile for query rows (columns) 8 j + 2 t4 + c (t4 = lane % 4, j, c in {0, 1}): the
-    // scale and causal end per column, and the running max / sum per column until the chunk's end.
+    // scale and causal end per column, the running max per column (shared by the 4 warps) and this lane's part of
+    // the column's sum until the chunk's end.
     constexpr bool use_wg = T::kWgQk;  // the launcher picks this variant only for an fp8 query
     float rs_c[2][2], m_c[2][2], l_c[2][2], m_row[2];
     int re_c[2][2];
@@ -1063,10 +1066,12 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               const float mu = mn == -INFINITY ? 0.f : mn;
               const float al = ptx::exp2_approx(m_row[hh] - mu);
               m_row[hh] = mn;
-              fac[0][hh] = ptx::pack_f16x2(ptx::exp2_approx(r4.x - mu), ptx::exp2_approx(r4.x - mu));
-              fac[1][hh] = ptx::pack_f16x2(ptx::exp2_approx(r4.y - mu), ptx::exp2_approx(r4.y - mu));
-              fac[2][hh] = ptx::pack_f16x2(ptx::exp2_approx(r4.z - mu), ptx::exp2_approx(r4.z - mu));
-              fac[3][hh] = ptx::pack_f16x2(ptx::exp2_approx(r4.w - mu), ptx::exp2_approx(r4.w - mu));
+              const float f0 = ptx::exp2_approx(r4.x - mu), f1 = ptx::exp2_approx(r4.y - mu);
+              const float f2 = ptx::exp2_approx(r4.z - mu), f3 = ptx::exp2_approx(r4.w - mu);
+              fac[0][hh] = ptx::pack_f16x2(f0, f0);
+              fac[1][hh] = ptx::pack_f16x2(f1, f1);
+              fac[2][hh] = ptx::pack_f16x2(f2, f2);
+              fac[3][hh] = ptx::pack_f16x2(f3, f3);
 #pragma unroll
               for (int n = 0; n < 4; ++n) {
                 o[0][n][2 * hh] *= al;
