@@ -9,7 +9,9 @@
 //     operands, fp8 -> f16 exactly), online softmax in the log2 domain. All query rows of a (request, KV head)
 //     pair -- q_len tokens x group heads -- sit in the MMA's M dimension, so GQA reads each KV tile once.
 //     Warps split rows (16 per m-tile) and, when rows are few, split each tile's tokens (kTW groups); token
-//     groups are merged through shared memory at the end of a chunk.
+//     groups are merged through shared memory at the end of a chunk. The fp8-query variant (fp8q_r16) computes
+//     S^T = K Q^T on wgmma with the warps splitting the tile's tokens, then exchanges P through shared memory
+//     each tile so that the warps split the head dims for P V: no token-group merge.
 //   A pair finished in this CTA is written straight to `out`; a piece of a split pair is written to the
 //   plan's FP32 partial slot with its LSE, and the CTA that finishes the pair's last piece merges them.
 //
@@ -90,17 +92,23 @@ struct DecodeTraits {
   static constexpr int kKvTileBytes = kTileTokens * kHeadDim * kElt;  // one K (or V) tile
   static constexpr int kStageBytes = 2 * kKvTileBytes;
   static constexpr int kQSlotBytes = kMPad * kQRowBytes;
-  static constexpr int kMergeOBytes = kTW > 1 ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
-  static constexpr int kMergeMLBytes = kTW > 1 ? kConsumerWarps * 16 * 2 * 4 : 0;
-  // The fp8-query variant (FP8 KV, 16 rows, 4 token groups, launched only for an fp8 query): S^T = K Q^T runs
-  // on wgmma (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a
-  // 128-byte-swizzled buffer once), pipelined one tile ahead.
+  // The fp8-query variant (FP8 KV, 16 rows, launched only for an fp8 query): S^T = K Q^T runs on wgmma
+  // (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a 128-byte-swizzled
+  // buffer once), pipelined one tile ahead. Its warps split the tile's tokens for S^T and the head dims for P V
+  // (P exchanged through shared memory each tile), so it has no token-group merge at a chunk's end.
   static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
   static_assert(!kQFp8 || kWgQk, "the fp8-query variant is the FP8-KV 16-row one");
   static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
+  // the fp8-query variant's P exchange: two [16 rows][64 tokens] f16 buffers (128-byte swizzled rows), two
+  // [16 rows][4 warps] float buffers of the max each warp's P was computed against, one [16 rows][4 warps] of row sums
+  static constexpr int kPBufBytes = 16 * kTileTokens * 2;
+  static constexpr int kPxBytes = kWgQk ? 2 * kPBufBytes + 3 * 16 * kConsumerWarps * 4 : 0;
+  static constexpr int kMergeOBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
+  static constexpr int kMergeMLBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * 2 * 4 : 0;
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
   static constexpr int kFixedBytes = 2 * (kQSlotBytes + kMPad * 4) + kMergeOBytes + kMergeMLBytes +
-                                     2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024 + kQwBytes;
+                                     2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024 + kQwBytes +
+                                     kPxBytes;
   // Two CTAs per SM when each still gets two pipeline stages: eight consumer warps per SM hide the latency
   // of the per-tile dependency chain (S -> softmax -> P V) that four warps cannot.
   static constexpr int kStagesTwoPerSm = (kSmemTwoPerSm - kFixedBytes) / kStageBytes;
@@ -108,7 +116,10 @@ struct DecodeTraits {
   static constexpr int kSmemLimit = (kStagesTwoPerSm >= 2 && kTW > 1) ? kSmemTwoPerSm : kSmemPerBlockMax;
   static constexpr int kMinBlocksPerSm = kSmemLimit == kSmemTwoPerSm ? 2 : 1;  // register cap to match
   static constexpr int kStagesFit = (kSmemLimit - kFixedBytes) / kStageBytes;
-  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+  // (the fp8-query variant keeps 4 stages: 6, which its smaller fixed part would allow, streamed no faster in
+  // session 24's ring-depth run)
+  static constexpr int kStageCap = kWgQk ? 4 : 8;
+  static constexpr int kStages = kStagesFit > kStageCap ? kStageCap : kStagesFit;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
   static_assert(kStages >= 2, "not enough shared memory for two pipeline stages");
   static_assert(kTW == 1 || kMT == 1, "token groups only with one m-tile per warp");
@@ -119,7 +130,8 @@ template <class T>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kQwOff = kStagesOff + T::kStages * T::kStageBytes;  // 1 KB aligned (stages are 16 KB)
-  static constexpr int kQOff = kQwOff + T::kQwBytes;
+  static constexpr int kPxOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0 or 2 KB)
+  static constexpr int kQOff = kPxOff + T::kPxBytes;
   static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
   static constexpr int kMergeOOff = kQScaleOff + 2 * T::kMPad * 4;
   static constexpr int kMergeMLOff = kMergeOOff + T::kMergeOBytes;
@@ -789,6 +801,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
   uint32_t chunk_count = 0;
   int stage = 0;
   uint32_t phase = 0;
+  uint32_t pbuf = 0;  // the fp8-query variant's P exchange buffer (parity)
   HK_TRACE_ONLY(unsigned long long tr_counts = 0;)
   while (true) {
     const int slot = chunk_count & 1;
@@ -839,11 +852,13 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     // S^T = K Q^T on wgmma (T::kWgQk, fp8 query): the accumulator of warp w holds tokens 16 w + g, 16 w + g + 8
     // (g = lane / 4) of the tile for query rows (columns) 8 j + 2 t4 + c (t4 = lane % 4, j, c in {0, 1}): the
-    // scale and causal end per column, and the running max / sum per column until the chunk's end.
+    // scale and causal end per column, the running max per column (shared by the 4 warps) and this lane's part of
+    // the column's sum until the chunk's end.
     constexpr bool use_wg = T::kWgQk;  // the launcher picks this variant only for an fp8 query
-    float rs_c[2][2], m_c[2][2], l_c[2][2];
+    float rs_c[2][2], m_c[2][2], l_c[2][2], m_row[2];
     int re_c[2][2];
     if constexpr (T::kWgQk) {
+      m_row[0] = m_row[1] = -INFINITY;  // the same running max for O's rows g, g + 8
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -947,8 +962,16 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         ptx::wgmma_commit();
       };
       const bool two = rows > 8;  // columns 8-15 hold query rows (else padding: skipped)
-      const int src = lane >> 3;  // O's rows g, g + 8 are columns 2 t4 + c (t4 = g / 2, c = g % 2) of j = 0, 1
-      const bool odd = (lane >> 2) & 1;
+      // P V with the warps splitting the head dims: warp w computes O's 32 dims 32 w .. 32 w + 31 over all 64
+      // tokens of a tile, so each warp's P (its 16 tokens of S^T) goes through shared memory, [16 rows][64
+      // tokens] f16 in 128-byte swizzled rows, double-buffered (a buffer is rewritten two tiles later, after a
+      // barrier every warp reached once done with it). The warps share one running max per row, M: a warp
+      // computes its P against max(M, its own tile max) -- M itself unless its tokens raised the max -- and
+      // writes that reference; the barrier after the writes ORs "some warp raised it", and only then does each
+      // thread read the references, take the new M and scale each warp's P fragment (and O, and its row sums)
+      // to it. In the common case (the max settled) nothing is read or scaled.
+      float* pref = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes);  // [2][16 rows][4 warps]
+      const int g = lane >> 2, t4 = lane & 3;
       // Every wgmma instruction sits outside data-dependent branches: with the issue inside an `if`, ptxas
       // serialises every wgmma (C7518). So the last tile of a chunk also issues a product (of its own K tile,
       // discarded) and its stage is released after the loop's final wait.
@@ -981,13 +1004,15 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               cur[j][i] = sn[j][i];
             }
           const bool need_mask = pos + kTileTokens > min_row_end;
-          const int kv0 = pos + tok0 + (lane >> 2);  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
-          float alpha_c[2][2];
+          const int kv0 = pos + tok0 + g;  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
+          float ref[2][2], psum[2][2];
+          bool raised = false;
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-              alpha_c[j][c] = 1.f;
+              ref[j][c] = m_c[j][c];
+              psum[j][c] = 0.f;
               if (j == 1 && !two) {
                 cur[j][c] = cur[j][2 + c] = 0.f;
                 continue;
@@ -1001,43 +1026,108 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
               mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
               mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-              const float m_new = fmaxf(m_c[j][c], mx);
-              const float m_use = m_new == -INFINITY ? 0.f : m_new;
-              alpha_c[j][c] = ptx::exp2_approx(m_c[j][c] - m_use);
-              m_c[j][c] = m_new;
-              cur[j][c] = ptx::exp2_approx(v0 - m_use);
-              cur[j][2 + c] = ptx::exp2_approx(v1 - m_use);
-              l_c[j][c] = l_c[j][c] * alpha_c[j][c] + (cur[j][c] + cur[j][2 + c]);
+              const float r = fmaxf(m_c[j][c], mx);
+              raised |= r != m_c[j][c];
+              ref[j][c] = r;
+              const float r_use = r == -INFINITY ? 0.f : r;
+              cur[j][c] = ptx::exp2_approx(v0 - r_use);
+              cur[j][2 + c] = ptx::exp2_approx(v1 - r_use);
+              psum[j][c] = cur[j][c] + cur[j][2 + c];
             }
-          if (__any_sync(0xffffffffu, alpha_c[0][0] != 1.f || alpha_c[0][1] != 1.f || alpha_c[1][0] != 1.f ||
-                                          alpha_c[1][1] != 1.f)) {
-            const float a00 = __shfl_sync(0xffffffffu, alpha_c[0][0], src);
-            const float a01 = __shfl_sync(0xffffffffu, alpha_c[0][1], src);
-            const float a10 = __shfl_sync(0xffffffffu, alpha_c[1][0], src);
-            const float a11 = __shfl_sync(0xffffffffu, alpha_c[1][1], src);
-            const float ag = odd ? a01 : a00, ag8 = odd ? a11 : a10;
-#pragma unroll
-            for (int n = 0; n < 16; ++n) {
-              o[0][n][0] *= ag;
-              o[0][n][1] *= ag;
-              o[0][n][2] *= ag8;
-              o[0][n][3] *= ag8;
-            }
+          // this warp's P, transposed to [row][token]: fragment matrices (tokens 0-7 | 8-15) x (rows 0-7 | 8-15)
+          uint8_t* pb = smem + L::kPxOff + (pbuf & 1) * T::kPBufBytes;
+          float* rb = pref + (pbuf & 1) * 64;
+          {
+            const int m = lane >> 3;
+            ptx::stmatrix_x4_trans(ptx::smem_addr(pb) + swz((m >> 1) * 8 + (lane & 7), 2 * warp + (m & 1)),
+                                   ptx::pack_f16x2(cur[0][0], cur[0][1]), ptx::pack_f16x2(cur[0][2], cur[0][3]),
+                                   ptx::pack_f16x2(cur[1][0], cur[1][1]), ptx::pack_f16x2(cur[1][2], cur[1][3]));
           }
-          // P (rows x tokens) as the m16n8k16 A fragment: each 8 x 8 block of P^T transposed across the warp
-          uint32_t pa[MT][4];
-          pa[0][0] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][0], cur[0][1]));  // rows 0-7, tokens 0-7
-          pa[0][2] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[0][2], cur[0][3]));  // rows 0-7, tokens 8-15
-          pa[0][1] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][0], cur[1][1]));  // rows 8-15 (0 if padding)
-          pa[0][3] = ptx::movmatrix_trans(ptx::pack_f16x2(cur[1][2], cur[1][3]));
-          // the next tile's product runs during this tile's P V
+          if (lane < 4) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) rb[(8 * j + 2 * t4 + c) * kConsumerWarps + warp] = ref[j][c];
+          }
+          // the next tile's product runs during this tile's exchange and P V
           const bool has_next = tt + 1 < ci.tile_hi;
           const int nstage = stage + 1 == T::kStages ? 0 : stage + 1;
           const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
           if (has_next) ptx::mbar_wait(&bars.full[nstage], nphase);
           issue(sn, has_next ? nstage : stage);
+          raised = ptx::named_bar_sync_or(kConsumerBarrier, kConsumerWarps * 32, raised);
+          ++pbuf;
+          uint32_t fac[4][2];  // f16x2 factor per source warp (k16 step) for O's rows g, g + 8
+          if (raised) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const float4 r4 = *reinterpret_cast<const float4*>(rb + (8 * hh + g) * kConsumerWarps);
+              const float mn = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
+              const float mu = mn == -INFINITY ? 0.f : mn;
+              const float al = ptx::exp2_approx(m_row[hh] - mu);
+              m_row[hh] = mn;
+              const float f0 = ptx::exp2_approx(r4.x - mu), f1 = ptx::exp2_approx(r4.y - mu);
+              const float f2 = ptx::exp2_approx(r4.z - mu), f3 = ptx::exp2_approx(r4.w - mu);
+              fac[0][hh] = ptx::pack_f16x2(f0, f0);
+              fac[1][hh] = ptx::pack_f16x2(f1, f1);
+              fac[2][hh] = ptx::pack_f16x2(f2, f2);
+              fac[3][hh] = ptx::pack_f16x2(f3, f3);
+#pragma unroll
+              for (int n = 0; n < 4; ++n) {
+                o[0][n][2 * hh] *= al;
+                o[0][n][2 * hh + 1] *= al;
+              }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const float4 r4 = *reinterpret_cast<const float4*>(rb + (8 * j + 2 * t4 + c) * kConsumerWarps);
+                const float mn = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
+                const float mu = mn == -INFINITY ? 0.f : mn;
+                l_c[j][c] = l_c[j][c] * ptx::exp2_approx(m_c[j][c] - mu) +
+                            psum[j][c] * ptx::exp2_approx(ref[j][c] - mu);
+                m_c[j][c] = mn;
+              }
+          } else {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) l_c[j][c] += psum[j][c];
+          }
+          // O (rows x this warp's 32 dims) += P V, one k16 step per source warp's 16 tokens
           const uint8_t* vs_base = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
-          fp8_pv(pa, pos + tok0 + 2 * (lane & 3), tok0, vs_base, pos + kTileTokens > len);
+          const bool mask_v = pos + kTileTokens > len;
+#pragma unroll
+          for (int kb = 0; kb < kConsumerWarps; ++kb) {
+            uint32_t pa[MT][4];
+            ptx::ldmatrix_x4(ptx::smem_addr(pb) + swz(((lane >> 3) & 1) * 8 + (lane & 7), 2 * kb + (lane >> 4)),
+                             pa[0][0], pa[0][1], pa[0][2], pa[0][3]);
+            if (raised) {
+              pa[0][0] = ptx::hmul2(pa[0][0], fac[kb][0]);
+              pa[0][2] = ptx::hmul2(pa[0][2], fac[kb][0]);
+              pa[0][1] = ptx::hmul2(pa[0][1], fac[kb][1]);
+              pa[0][3] = ptx::hmul2(pa[0][3], fac[kb][1]);
+            }
+            uint32_t keep_lo, keep_hi;
+            v_pair_keep(pos + 16 * kb + 2 * t4, len, mask_v, keep_lo, keep_hi);
+            const int token = 16 * kb + (mat & 1) * 8 + mrow;
+            uint32_t w0, w1, w2, w3;
+            ptx::ldmatrix_x4_trans(ptx::smem_addr(vs_base) + swz(token, 2 * warp + (mat >> 1)), w0, w1, w2, w3);
+            w0 &= keep_lo;
+            w2 &= keep_lo;
+            w1 &= keep_hi;
+            w3 &= keep_hi;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t pl = __byte_perm(half ? w2 : w0, 0u, 0x3120);  // tokens lo
+              const uint32_t ph = __byte_perm(half ? w3 : w1, 0u, 0x3120);  // tokens hi
+              ptx::mma_f16(o[0][2 * half], pa[0], ptx::e4m3x2_to_f16x2(pl & 0xffffu),
+                           ptx::e4m3x2_to_f16x2(ph & 0xffffu));
+              ptx::mma_f16(o[0][2 * half + 1], pa[0], ptx::e4m3x2_to_f16x2(pl >> 16),
+                           ptx::e4m3x2_to_f16x2(ph >> 16));
+            }
+          }
           if (has_next) {
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
@@ -1293,7 +1383,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                   if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkTiles + chunk_count);
                   if (lane == 0 && chunk_count == 1) HK_TR(a, kTrWarpTiles + warp);)
 
-    if constexpr (use_wg) {  // per-column max / sums -> the rows g, g + 8 layout of O (sums to the quad's lane 0)
+    if constexpr (use_wg) {  // row sums over the 8 g-lanes, then over the 4 warps through shared memory
+      float* lx = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes) + 2 * 16 * kConsumerWarps;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -1302,19 +1393,28 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           l += __shfl_xor_sync(0xffffffffu, l, 4);
           l += __shfl_xor_sync(0xffffffffu, l, 8);
           l += __shfl_xor_sync(0xffffffffu, l, 16);
-          l_c[j][c] = l;
+          if (lane < 4) lx[(8 * j + 2 * lane + c) * kConsumerWarps + warp] = l;
         }
-      const int src = lane >> 3;
-      const bool odd = (lane >> 2) & 1;
+      ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const float m0 = __shfl_sync(0xffffffffu, m_c[hh][0], src), m1 = __shfl_sync(0xffffffffu, m_c[hh][1], src);
-        const float l0 = __shfl_sync(0xffffffffu, l_c[hh][0], src), l1 = __shfl_sync(0xffffffffu, l_c[hh][1], src);
-        m_run[0][hh] = odd ? m1 : m0;
-        l_run[0][hh] = (lane & 3) == 0 ? (odd ? l1 : l0) : 0.f;
+        const int r = hh * 8 + (lane >> 2);
+        const float4 l4 = *reinterpret_cast<const float4*>(lx + r * kConsumerWarps);
+        const float l = (l4.x + l4.y) + (l4.z + l4.w);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        if (r < rows) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int d = 16 * (2 * warp + half) + 4 * (lane & 3);
+            store_row4(a, ci, r, d, o[0][2 * half][2 * hh], o[0][2 * half + 1][2 * hh], o[0][2 * half][2 * hh + 1],
+                       o[0][2 * half + 1][2 * hh + 1], inv, v_scale);
+          }
+          if (warp == 0 && (lane & 3) == 0) store_lse(a, ci, r, l > 0.f ? m_row[hh] + __log2f(l) : -INFINITY);
+        }
       }
     }
 
+    if constexpr (!use_wg) {  // (the fp8-query variant stored its rows above)
     // ---- row sums over the quad
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -1406,6 +1506,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     }
 
+    }  // !use_wg
+
     // ---- split pair: the last piece of each group of kMergeGroup pieces merges the group, the last group
     //      merges the groups (a single level when there are at most kMergeGroup pieces)
     HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrEpilogue);
@@ -1454,7 +1556,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     }
     // the merge buffers and the flag are reused by the next chunk
-    if (T::TW > 1 || ci.split) ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+    if ((T::TW > 1 && !use_wg) || ci.split) ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
     ++chunk_count;
   }
   HK_TRACE_ONLY(if (threadIdx.x == 0) {
