@@ -116,8 +116,8 @@ struct DecodeTraits {
   static constexpr int kSmemLimit = (kStagesTwoPerSm >= 2 && kTW > 1) ? kSmemTwoPerSm : kSmemPerBlockMax;
   static constexpr int kMinBlocksPerSm = kSmemLimit == kSmemTwoPerSm ? 2 : 1;  // register cap to match
   static constexpr int kStagesFit = (kSmemLimit - kFixedBytes) / kStageBytes;
-  // (the fp8-query variant keeps 4 stages: 6, which its smaller fixed part would allow, streamed no faster in
-  // session 24's ring-depth run)
+  // (the fp8-query variant keeps 4 stages: the 5 that its fixed part now allows measured 1.011x in session 24,
+  // and 6 in a timing-only build streamed no faster)
   static constexpr int kStageCap = kWgQk ? 4 : 8;
   static constexpr int kStages = kStagesFit > kStageCap ? kStageCap : kStagesFit;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
@@ -877,8 +877,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     if constexpr (MT == 1) {
       if constexpr (use_wg) {
         // the 16 query rows into the wgmma operand buffer (128-byte rows, 128-byte swizzle; rows past `rows`
-        // zero): one 16-byte chunk per consumer thread. The previous chunk's wgmmas completed before its
-        // token-group merge barrier, so the buffer is free.
+        // zero): one 16-byte chunk per consumer thread. Every warp waited for the previous chunk's wgmmas
+        // (wgmma_wait<0> after its tile loop) before the chunk-end row-sum barrier, so the buffer is free (that
+        // barrier is what orders this write after those reads: keep one there).
         const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (r < rows) v = *reinterpret_cast<const uint4*>(qslot + r * kQRowBytes + c * 16);
