@@ -94,8 +94,10 @@ def measure_read_TBps(gib: float = 2.0, replays: int = 20) -> float:
 
 def read_kernel_us(nbytes: int, n_sets: int = 1, replays: int = 20, warmup: int = 3) -> float:
     """Median microseconds per call of the read ceiling's kernel (a bf16 torch.sum) over nbytes, rotating over n_sets
-    buffers in one CUDA graph as the benchmarks rotate their inputs: what a plain memory-bound kernel reading that
-    many bytes reaches, launch, ramp and tail included (the floor, bytes / read bandwidth, leaves those out)."""
+    buffers in one CUDA graph as the benchmarks rotate their inputs: a memory-bound kernel reading that many bytes,
+    ramp and tail included (the floor, bytes / read bandwidth, leaves those out). torch.sum over a whole tensor is a
+    global reduction: per call it also zeroes its semaphores (a memset node in the graph) and ends in a final-block
+    reduction, so this overstates a pure streaming read by some microseconds."""
     bufs = [torch.randn(max(1, nbytes // 2), dtype=torch.bfloat16, device="cuda") for _ in range(max(1, n_sets))]
     fns = [lambda b=b: b.sum() for b in bufs]
     for fn in fns:

@@ -299,8 +299,8 @@ def report(rows, impls) -> str:
         table.append(line)
     legend = ", ".join(f"{v} = {k}" for k, v in SHORT.items() if k in impls)
     text = [common.format_table(headers, table),
-            f"us per call; /fl = time / HBM floor (target <= 1.25); read = the read ceiling's kernel (torch.sum) over"
-            f" the same KV bytes and rotation, launch and ramp included; hk/read = hopperkit / read;"
+            f"us per call; /fl = time / HBM floor (target <= 1.25); read = the read ceiling's kernel (torch.sum, a"
+            f" global reduction) over the same KV bytes and rotation; hk/read = hopperkit / read;"
             f" x/hk = x's time / hopperkit's; {legend};"
             " '!' = wrong output (rel_err over tolerance or plan error)"]
     plans = [r for r in rows if r["impl"] == "hopperkit_plan"]
