@@ -86,9 +86,7 @@ def free_cuda() -> None:
 def measure_read_TBps(gib: float = 2.0, replays: int = 20) -> float:
     """HBM read bandwidth: a bf16 torch.sum over `gib` GiB of random data."""
     n = int(gib * 2**30) // 2
-    x = torch.randn(n, dtype=torch.bfloat16, device="cuda")
-    x.sum()
-    us = time_graph([lambda: x.sum()], replays=replays, warmup=3)
+    us = read_kernel_us(2 * n, 1, replays=replays, warmup=3)
     return n * 2 / (us * 1e-6) / 1e12
 
 

@@ -52,9 +52,9 @@ def plot(json_path: str | Path) -> Path:
             for bar, hatch in zip(bars, hatches):
                 bar.set_hatch(hatch)
             ax.bar_label(bars, fmt="%.2f", fontsize=6)
-        reads = [(i, by[k]["same_bytes_read_us"] / by[k]["floor_us"]) for i, scn in enumerate(scenarios)
-                 for k in [next((k for k in by if k[:2] == (scn, dt) and by[k].get("same_bytes_read_us")), None)]
-                 if k is not None]
+        read_of = {(r["scenario"], r["dtype"]): r["same_bytes_read_us"] / r["floor_us"] for r in rows
+                   if r.get("same_bytes_read_us")}
+        reads = [(i, read_of[(scn, dt)]) for i, scn in enumerate(scenarios) if (scn, dt) in read_of]
         if reads:
             ax.hlines([y for _, y in reads], [i - 0.45 for i, _ in reads], [i + 0.45 for i, _ in reads],
                       colors="k", linewidth=1.5, label="same-bytes read kernel")
