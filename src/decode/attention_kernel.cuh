@@ -470,6 +470,16 @@ __device__ __forceinline__ void v_pair_keep(int ta, int len, bool mask_v, uint32
   }
 }
 
+// zero the V pairs that keep_lo / keep_hi drop (fragments of ldmatrix.trans over fp8 byte pairs: w0 / w2 hold
+// this lane's tokens ta, ta + 1, w1 / w3 tokens ta + 8, ta + 9)
+__device__ __forceinline__ void v_pair_mask(uint32_t keep_lo, uint32_t keep_hi, uint32_t& w0, uint32_t& w1,
+                                            uint32_t& w2, uint32_t& w3) {
+  w0 &= keep_lo;
+  w2 &= keep_lo;
+  w1 &= keep_hi;
+  w3 &= keep_hi;
+}
+
 __device__ __forceinline__ uint16_t f2bf(float x) {
   __nv_bfloat16 b = __float2bfloat16_rn(x);
   return *reinterpret_cast<uint16_t*>(&b);
@@ -923,10 +933,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         const uint32_t addr = ptx::smem_addr(vs_base) + swz(token, 2 * q32 + (mat >> 1));
         uint32_t w0, w1, w2, w3;
         ptx::ldmatrix_x4_trans(addr, w0, w1, w2, w3);
-        w0 &= keep_lo;
-        w2 &= keep_lo;
-        w1 &= keep_hi;
-        w3 &= keep_hi;
+        v_pair_mask(keep_lo, keep_hi, w0, w1, w2, w3);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const uint32_t wl = half ? w2 : w0;  // tokens lo
@@ -1110,15 +1117,14 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               pa[0][1] = ptx::hmul2(pa[0][1], fac[kb][1]);
               pa[0][3] = ptx::hmul2(pa[0][3], fac[kb][1]);
             }
-            uint32_t keep_lo, keep_hi;
-            v_pair_keep(pos + 16 * kb + 2 * t4, len, mask_v, keep_lo, keep_hi);
             const int token = 16 * kb + (mat & 1) * 8 + mrow;
             uint32_t w0, w1, w2, w3;
             ptx::ldmatrix_x4_trans(ptx::smem_addr(vs_base) + swz(token, 2 * warp + (mat >> 1)), w0, w1, w2, w3);
-            w0 &= keep_lo;
-            w2 &= keep_lo;
-            w1 &= keep_hi;
-            w3 &= keep_hi;
+            if (mask_v) {  // only a sequence's last tile: the common path has no masking work
+              uint32_t keep_lo, keep_hi;
+              v_pair_keep(pos + 16 * kb + 2 * t4, len, true, keep_lo, keep_hi);
+              v_pair_mask(keep_lo, keep_hi, w0, w1, w2, w3);
+            }
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const uint32_t pl = __byte_perm(half ? w2 : w0, 0u, 0x3120);  // tokens lo
@@ -1573,7 +1579,10 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
     decode_attention_kernel(const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
                             const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Aligned by an offset from smem_raw (not through an integer cast of the pointer), so the compiler still knows
+  // every access through smem is to shared memory: LDS / STS rather than generic LD.E / ST.E with 64-bit
+  // address arithmetic (the integer cast had made e.g. the fp8q exchange's reference stores generic).
+  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
   using L = SmemLayout<T>;
   uint64_t* bar_base = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
   Barriers bars;
