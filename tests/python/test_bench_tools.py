@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: the `bench` package
 
 from bench import ab_report  # noqa: E402
@@ -84,18 +86,26 @@ def test_sass_digest_waits_regions_and_top(tmp_path):
 
 
 def test_decode_report_same_bytes_read_column():
-    """The decode table shows the same-bytes read kernel's time and hopperkit's time over it, per scenario."""
+    """The decode table shows the same-bytes plain read's and torch.sum's times and hopperkit's time over the
+    plain read, per scenario."""
     from bench import decode_bench
     rows = [{"scenario": "s1", "dtype": "fp8", "impl": "hopperkit", "us": 30.0, "floor_us": 15.0, "ok": True,
-             "same_bytes_read_us": 20.0},
+             "same_bytes_read_us": 20.0, "same_bytes_sum_us": 24.0},
             {"scenario": "s1", "dtype": "fp8", "impl": "flashinfer", "us": 45.0, "floor_us": 15.0, "ok": True,
-             "same_bytes_read_us": 20.0},
+             "same_bytes_read_us": 20.0, "same_bytes_sum_us": 24.0},
             {"scenario": "s2", "dtype": "bf16", "impl": "hopperkit", "us": 12.0, "floor_us": 4.0, "ok": True}]
     text = decode_bench.report(rows, ["hopperkit", "flashinfer"])
     header = next(line for line in text.splitlines() if line.lstrip().startswith("scenario"))
-    assert "read" in header.split() and "hk/read" in header.split()
+    assert "read" in header.split() and "sum" in header.split() and "hk/read" in header.split()
     s1 = next(line.split() for line in text.splitlines() if line.lstrip().startswith("s1"))
-    # columns: scenario dtype floor read hk hk/fl fi fi/fl hk/read fi/hk (fi/hk is 1.50 too: check by position)
-    assert s1 == ["s1", "fp8", "15.00", "20.00", "30.00", "2.00", "45.00", "3.00", "1.50", "1.50"]
+    # columns: scenario dtype floor read sum hk hk/fl fi fi/fl hk/read fi/hk (fi/hk is 1.50 too: by position)
+    assert s1 == ["s1", "fp8", "15.00", "20.00", "24.00", "30.00", "2.00", "45.00", "3.00", "1.50", "1.50"]
     s2 = next(line.split() for line in text.splitlines() if line.lstrip().startswith("s2"))
-    assert s2[3] == "-" and s2[8] == "-"  # no read time measured: no ratio either
+    assert s2[3] == "-" and s2[4] == "-" and s2[9] == "-"  # no read time measured: no ratio either
+
+
+def test_read_kernel_kind_is_checked():
+    """read_kernel_us names the read kernels it knows; anything else is a ValueError before any GPU work."""
+    from bench import common
+    with pytest.raises(ValueError, match="kind"):
+        common.read_kernel_us(1 << 20, kind="copy")
