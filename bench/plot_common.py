@@ -27,3 +27,10 @@ def main(plot: Callable[[str], Path], module: str, argv=None) -> int:
         raise SystemExit(f"usage: python -m bench.{module} PATH/{module.removeprefix('plot_')}.json")
     print(f"wrote {plot(argv[0])}")
     return 0
+
+
+def best_read_us(rows_us, sum_us):
+    """The same-bytes read time a row's ratios use: the faster of the row-wise read and torch.sum (session 25,
+    H200: the row-wise read was faster at every decode scenario of >= 8 MB, torch.sum at the 4.4 MB one)."""
+    times = [t for t in (rows_us, sum_us) if t]
+    return min(times) if times else None

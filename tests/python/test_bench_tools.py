@@ -93,7 +93,9 @@ def test_decode_report_same_bytes_read_column():
              "same_bytes_read_us": 20.0, "same_bytes_sum_us": 24.0},
             {"scenario": "s1", "dtype": "fp8", "impl": "flashinfer", "us": 45.0, "floor_us": 15.0, "ok": True,
              "same_bytes_read_us": 20.0, "same_bytes_sum_us": 24.0},
-            {"scenario": "s2", "dtype": "bf16", "impl": "hopperkit", "us": 12.0, "floor_us": 4.0, "ok": True}]
+            {"scenario": "s2", "dtype": "bf16", "impl": "hopperkit", "us": 12.0, "floor_us": 4.0, "ok": True},
+            {"scenario": "s3", "dtype": "bf16", "impl": "hopperkit", "us": 12.0, "floor_us": 4.0, "ok": True,
+             "same_bytes_read_us": 10.0, "same_bytes_sum_us": 8.0}]
     text = decode_bench.report(rows, ["hopperkit", "flashinfer"])
     header = next(line for line in text.splitlines() if line.lstrip().startswith("scenario"))
     assert "read" in header.split() and "sum" in header.split() and "hk/read" in header.split()
@@ -102,6 +104,8 @@ def test_decode_report_same_bytes_read_column():
     assert s1 == ["s1", "fp8", "15.00", "20.00", "24.00", "30.00", "2.00", "45.00", "3.00", "1.50", "1.50"]
     s2 = next(line.split() for line in text.splitlines() if line.lstrip().startswith("s2"))
     assert s2[3] == "-" and s2[4] == "-" and s2[9] == "-"  # no read time measured: no ratio either
+    s3 = next(line.split() for line in text.splitlines() if line.lstrip().startswith("s3"))
+    assert s3[3:5] == ["8.00", "8.00"] and s3[9] == "1.50"  # torch.sum faster here: read and hk/read use it
 
 
 def test_read_kernel_kind_is_checked():
