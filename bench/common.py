@@ -83,7 +83,19 @@ def free_cuda() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- ceilings
-READ_ROW = 4096                 # elements per row of the row-wise read (8 KB of bf16)
+READ_ROW = 4096                 # elements per row of the row-wise read at large sizes (8 KB of bf16)
+READ_ROW_MIN = 256
+READ_ROWS_PER_SM = 64           # rows per SM the row-wise read asks for before it shortens its rows
+
+
+def read_row_elems(n_elems: int, sms: int) -> int:
+    """Row length (bf16 elements) of the row-wise read over n_elems: READ_ROW, halved (down to READ_ROW_MIN)
+    while there would be fewer than READ_ROWS_PER_SM rows per SM. torch's row reduction gives a 4096-element row
+    one warp and a CTA 16 rows (128 KB), so at 8 KB rows a read of less than ~67 MB would not fill 132 SMs."""
+    row = READ_ROW
+    while row > READ_ROW_MIN and n_elems // row < READ_ROWS_PER_SM * sms:
+        row //= 2
+    return row
 
 
 def measure_read_TBps(gib: float = 2.0, replays: int = 20, kinds: Sequence[str] = ("rows", "sum")) -> float:
@@ -95,7 +107,7 @@ def measure_read_TBps(gib: float = 2.0, replays: int = 20, kinds: Sequence[str] 
 def measure_read_kinds_TBps(gib: float = 2.0, replays: int = 20,
                             kinds: Sequence[str] = ("rows", "sum")) -> dict:
     """{kind: TB/s} for each read kernel of read_kernel_us over `gib` GiB."""
-    nbytes = int(gib * 2**30) // (2 * READ_ROW) * (2 * READ_ROW)
+    nbytes = max(2 * READ_ROW, int(gib * 2**30) // (2 * READ_ROW) * (2 * READ_ROW))
     out = {}
     for kind in kinds:
         us = read_kernel_us(nbytes, 1, replays=replays, warmup=3, kind=kind)
@@ -105,20 +117,22 @@ def measure_read_kinds_TBps(gib: float = 2.0, replays: int = 20,
 
 
 def read_kernel_us(nbytes: int, n_sets: int = 1, replays: int = 20, warmup: int = 3, kind: str = "rows") -> float:
-    """Median microseconds per call of a read kernel over nbytes (rounded up to whole 8 KB rows), rotating over
+    """Median microseconds per call of a read kernel over nbytes (rounded up to whole rows), rotating over
     n_sets buffers in one CUDA graph as the benchmarks rotate their inputs: a memory-bound kernel reading that
     many bytes, ramp and tail included (the floor, bytes / read bandwidth, leaves those out).
-      kind "rows": a row-wise bf16 sum, x.view(-1, 4096).sum(1): one kernel, no cross-block reduction (its
-                   output is 1/4096 of the input), so it stands for a plain streaming read;
+      kind "rows": a row-wise bf16 sum, x.view(-1, row).sum(1) with row = read_row_elems(): one kernel, no
+                   cross-block reduction, rows short enough to give every SM work, so it stands for a plain
+                   streaming read;
       kind "sum":  torch.sum over the whole tensor, the read ceiling's kernel up to session 24: a global
                    reduction that also zeroes its semaphores per call (a memset node in the graph) and ends in a
                    final-block reduction, so it overstates a pure read by some microseconds."""
     if kind not in ("rows", "sum"):
         raise ValueError(f"read_kernel_us: kind must be 'rows' or 'sum', got {kind!r}")
-    n = max(1, -(-nbytes // (2 * READ_ROW))) * READ_ROW
+    row = read_row_elems(max(1, nbytes // 2), torch.cuda.get_device_properties(0).multi_processor_count)
+    n = max(1, -(-nbytes // (2 * row))) * row
     bufs = [torch.randn(n, dtype=torch.bfloat16, device="cuda") for _ in range(max(1, n_sets))]
     if kind == "rows":
-        fns = [lambda b=b: b.view(-1, READ_ROW).sum(1) for b in bufs]
+        fns = [lambda b=b: b.view(-1, row).sum(1) for b in bufs]
     else:
         fns = [lambda b=b: b.sum() for b in bufs]
     for fn in fns:

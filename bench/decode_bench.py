@@ -437,14 +437,15 @@ def main(argv=None) -> int:
                 refs = (reference(case, case.sets[0]), reference(case, case.sets[-1]))
             except Exception as e:  # noqa: BLE001
                 prog.write(f"{name} {dt}: building the inputs failed: {_error(e)}")
-            read_us = sum_us = None
+            reads = {"rows": None, "sum": None}
             if case is not None:
-                try:  # a plain read of the scenario's KV bytes (row-wise sum): the floor plus launch, ramp and tail
-                    read_us = common.read_kernel_us(nbytes, len(case.sets), replays, warmup, kind="rows")
-                    sum_us = common.read_kernel_us(nbytes, len(case.sets), replays, warmup, kind="sum")
-                except Exception as e:  # noqa: BLE001
-                    prog.write(f"{name} {dt}: same-bytes read failed: {_error(e)}")
-                common.free_cuda()
+                for kind in reads:  # the scenario's KV bytes read by a plain kernel: the floor plus launch, ramp, tail
+                    try:
+                        reads[kind] = common.read_kernel_us(nbytes, len(case.sets), replays, warmup, kind=kind)
+                    except Exception as e:  # noqa: BLE001
+                        prog.write(f"{name} {dt}: same-bytes read ({kind}) failed: {_error(e)}")
+                    common.free_cuda()
+            read_us, sum_us = reads["rows"], reads["sum"]
             for impl in args.impls:
                 if case is None:
                     rows.append({"scenario": name, "dtype": dt, "impl": impl, "us": None, "floor_us": floor_us,

@@ -113,3 +113,16 @@ def test_read_kernel_kind_is_checked():
     from bench import common
     with pytest.raises(ValueError, match="kind"):
         common.read_kernel_us(1 << 20, kind="copy")
+
+
+def test_read_row_length_gives_every_sm_rows():
+    """The row-wise read shortens its rows for small reads so that every SM gets rows (64 per SM), within
+    256..4096 elements."""
+    from bench import common
+    assert common.read_row_elems(1 << 30, 132) == 4096          # 2 GiB: long rows
+    assert common.read_row_elems(8_400_000, 132) == 512          # the 16.8 MB scenario: 16k rows
+    assert common.read_row_elems(2_200_000, 132) == 256          # 4.4 MB: as short as allowed
+    assert common.read_row_elems(10, 132) == 256
+    for n in (2_200_000, 8_400_000, 67_000_000):
+        row = common.read_row_elems(n, 132)
+        assert row == 256 or n // row >= 64 * 132
