@@ -108,23 +108,18 @@ int run_mode(const char* name, uint8_t* w, int experts, int hidden, int reps, in
   using P = Pattern<MODE>;
   const uint64_t total = uint64_t(experts) * hidden * kK;
   TensorMap4d spec{};
-  spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  spec.base = w;
   if (MODE == 0) {  // the GEMM's map: [E][H][K] innermost first, 128-byte boxes, 128-byte swizzle
-    spec.dims[0] = kK, spec.dims[1] = hidden, spec.dims[2] = experts, spec.dims[3] = 1;
-    spec.strides_bytes[0] = kK, spec.strides_bytes[1] = uint64_t(hidden) * kK, spec.strides_bytes[2] = total;
-    spec.box[0] = 128, spec.box[1] = kItemRows, spec.box[2] = 1, spec.box[3] = 1;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    spec = micro::expert_rows_map(w, kK, hidden, experts, 128, kItemRows, CU_TENSOR_MAP_SWIZZLE_128B);
   } else if (MODE == 1) {  // [64 B chunk][row][chunk index][expert]: row stride 192, chunk stride 64
+    spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    spec.base = w;
     spec.dims[0] = 64, spec.dims[1] = hidden, spec.dims[2] = kK / 64, spec.dims[3] = experts;
     spec.strides_bytes[0] = kK, spec.strides_bytes[1] = 64, spec.strides_bytes[2] = uint64_t(hidden) * kK;
     spec.box[0] = 64, spec.box[1] = kItemRows, spec.box[2] = kK / 64, spec.box[3] = 1;
     spec.swizzle = CU_TENSOR_MAP_SWIZZLE_64B;
   } else {  // [E][H][K]: one 192-byte box (linear) or 64-byte boxes with the 64-byte swizzle (three_sw64)
-    spec.dims[0] = kK, spec.dims[1] = hidden, spec.dims[2] = experts, spec.dims[3] = 1;
-    spec.strides_bytes[0] = kK, spec.strides_bytes[1] = uint64_t(hidden) * kK, spec.strides_bytes[2] = total;
-    spec.box[0] = MODE == 2 ? kK : 64, spec.box[1] = kItemRows, spec.box[2] = 1, spec.box[3] = 1;
-    spec.swizzle = MODE == 2 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_64B;
+    spec = micro::expert_rows_map(w, kK, hidden, experts, MODE == 2 ? kK : 64, kItemRows,
+                                  MODE == 2 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_64B);
   }
   const int smem = P::kStages * P::kSlotBytes + 2 * P::kStages * 8 + 1024;
   const int items = experts * (hidden / kItemRows);
@@ -158,7 +153,5 @@ int main(int argc, char** argv) {
   // last: its map (a chunk stride below the row stride) is the one the driver or the copy engine might refuse,
   // and a fault in a kernel would end the measurements after it
   rc |= run_mode<1>("one_sw64", w, experts, hidden, reps, sms, ea, eb);
-  cudaFree(buf.w);
-  cudaFree(buf.sink);
   return rc;
 }

@@ -64,12 +64,31 @@ inline bool encode_map(const hopperkit::TensorMap4d& spec, const char* name, CUt
   }
 }
 
+// The map of a [experts][rows][row_bytes] uint8 weight tensor at `base`, innermost first: boxes of box_bytes x
+// box_rows of one expert.
+inline hopperkit::TensorMap4d expert_rows_map(void* base, uint64_t row_bytes, uint64_t rows, uint64_t experts,
+                                              uint32_t box_bytes, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  hopperkit::TensorMap4d spec{};
+  spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  spec.base = base;
+  spec.dims[0] = row_bytes, spec.dims[1] = rows, spec.dims[2] = experts, spec.dims[3] = 1;
+  spec.strides_bytes[0] = row_bytes, spec.strides_bytes[1] = rows * row_bytes;
+  spec.strides_bytes[2] = experts * rows * row_bytes;
+  spec.box[0] = box_bytes, spec.box[1] = box_rows, spec.box[2] = 1, spec.box[3] = 1;
+  spec.swizzle = swizzle;
+  return spec;
+}
+
 // A device buffer of `bytes` filled with 0x11, the events, and the plain read of it timed and printed (the "ldg"
 // line, aligned with time_ring's). Returns 1 (after printing why) if a CUDA call fails.
 struct Buffer {
   uint8_t* w = nullptr;
   int* sink = nullptr;
   cudaEvent_t a = nullptr, b = nullptr;
+  ~Buffer() {
+    cudaFree(w);
+    cudaFree(sink);
+  }
 };
 inline int setup_and_read(Buffer& buf, size_t bytes, int sms, int reps) {
   MICRO_CK(cudaMalloc(&buf.w, bytes));

@@ -99,21 +99,13 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const __grid_constant_
 
 template <int MODE>
 int run_mode(const char* name, uint8_t* w, int experts, int reps, int sms, cudaEvent_t ea, cudaEvent_t eb) {
-  TensorMap4d spec{};
-  spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  spec.base = w;
-  spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
   const uint64_t total = uint64_t(experts) * kRows * kK;
-  if (MODE == 4) {
-    spec.dims[0] = 128, spec.dims[1] = 128, spec.dims[2] = total / kStageBytes, spec.dims[3] = 1;
-    spec.strides_bytes[0] = 128, spec.strides_bytes[1] = kStageBytes, spec.strides_bytes[2] = total;
-    spec.box[0] = 128, spec.box[1] = 128, spec.box[2] = 1, spec.box[3] = 1;
-  } else {
-    const uint32_t box_rows = MODE == 0 || MODE == 1 ? 64 : MODE == 2 ? 32 : 16;
-    spec.dims[0] = kK, spec.dims[1] = kRows, spec.dims[2] = experts, spec.dims[3] = 1;
-    spec.strides_bytes[0] = kK, spec.strides_bytes[1] = uint64_t(kRows) * kK, spec.strides_bytes[2] = total;
-    spec.box[0] = 128, spec.box[1] = box_rows, spec.box[2] = 1, spec.box[3] = 1;
-  }
+  // MODE 4: the weights as [stage][128 rows][128 B] (one linear 16 KB box per stage); else [E][rows][K]
+  const TensorMap4d spec =
+      MODE == 4 ? micro::expert_rows_map(w, 128, 128, total / kStageBytes, 128, 128, CU_TENSOR_MAP_SWIZZLE_128B)
+                : micro::expert_rows_map(w, kK, kRows, experts, 128,
+                                         MODE == 0 || MODE == 1 ? 64 : MODE == 2 ? 32 : 16,
+                                         CU_TENSOR_MAP_SWIZZLE_128B);
   const int smem = kStages * kStageBytes + 2 * kStages * 8 + 1024;
   const int blocks_per_expert = kRows / kItemRows;
   const int items = experts * blocks_per_expert;
@@ -140,7 +132,5 @@ int main(int argc, char** argv) {
   rc |= run_mode<2>("k512", w, experts, reps, sms, ea, eb);
   rc |= run_mode<3>("k1024", w, experts, reps, sms, ea, eb);
   rc |= run_mode<4>("linear", w, experts, reps, sms, ea, eb);
-  cudaFree(buf.w);
-  cudaFree(buf.sink);
   return rc;
 }
