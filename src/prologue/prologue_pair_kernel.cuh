@@ -17,17 +17,16 @@
 namespace hopperkit {
 namespace prologue {
 
-// Resident CTAs per SM asked of the register allocator: 3 (80 registers, no spills). Each thread walks its items
-// g, g + grid size, ... over one resident wave and loads the next item before working on the current one. H200,
-// session 9, same-build A/B (run 6) against one item per thread on a full grid at 4 CTAs per SM (64 registers,
-// run 4's kernel): 0.82-0.85x the time for bf16 at 4096-32768 tokens (hy3_full 32768: 433 -> 353 us, 90% of copy
-// bandwidth), 0.89-0.96x for fp8, 0.88 / 0.92x at hy3_full 512 tokens; the loop at 4 CTAs per SM (64 registers,
-// 36 B of spills) gained only 0.92-1.04x. Against one vector per thread (prologue_kernel.cuh), the full-grid pair
-// kernel was 0.76-0.94x from 655,360 vectors and 1.03-1.15x at 81,920 and below (run 3): heuristics.h.
-#ifndef HK_PAIR_MIN_CTAS
-#define HK_PAIR_MIN_CTAS 4
-#endif
-constexpr int kPairMinCtas = HK_PAIR_MIN_CTAS;
+// Resident CTAs per SM asked of the register allocator: 3. Each thread walks its items g, g + grid size, ... over
+// one resident wave; while it works on an item, the next item's lines are prefetched into L1 (prefetch_pair_item),
+// and its loads follow the work. H200, session 9, same-build A/B (run 6) against one item per thread on a full
+// grid at 4 CTAs per SM (64 registers, run 4's kernel): the loop was 0.82-0.85x the time for bf16 at 4096-32768
+// tokens, 0.89-0.96x for fp8. Against one vector per thread (prologue_kernel.cuh), the full-grid pair kernel was
+// 0.76-0.94x from 655,360 vectors and 1.03-1.15x at 81,920 and below (run 3): heuristics.h.
+// Session 26 (cross-build A/B, run 5): the L1 prefetch in place of the next item held in registers (80 ->
+// 64-72 registers) took 0.944-0.991x the time from 4096 tokens at 3 CTAs per SM (1.034x at hy3_full 512 bf16);
+// 4 CTAs per SM, which its 64 registers would allow, measured 0.949-1.017x (fp8 hy3_full slower): 3 stays.
+constexpr int kPairMinCtas = 3;
 
 // NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s
 __device__ __forceinline__ void rope_neox_pair(float (&xa)[8], float (&xb)[8], const uint8_t* cp, const uint8_t* sp,
@@ -239,7 +238,7 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
     if (h >= H) h -= H, ++t;
   };
   // the next item's lines go to L1 while this one is processed, then its loads hit there: no registers hold a
-  // prefetched item (session 26: holding it in registers capped the kernel at 3 CTAs per SM)
+  // prefetched item (sessions 9-25 held it in registers and copied it each step)
   while (true) {
     advance();
     const bool more = t < a.num_tokens;
