@@ -17,13 +17,15 @@
 namespace hopperkit {
 namespace prologue {
 
-// Resident CTAs per SM asked of the register allocator: 3 (80 registers, no spills). Each thread walks its items
-// g, g + grid size, ... over one resident wave and loads the next item before working on the current one. H200,
-// session 9, same-build A/B (run 6) against one item per thread on a full grid at 4 CTAs per SM (64 registers,
-// run 4's kernel): 0.82-0.85x the time for bf16 at 4096-32768 tokens (hy3_full 32768: 433 -> 353 us, 90% of copy
-// bandwidth), 0.89-0.96x for fp8, 0.88 / 0.92x at hy3_full 512 tokens; the loop at 4 CTAs per SM (64 registers,
-// 36 B of spills) gained only 0.92-1.04x. Against one vector per thread (prologue_kernel.cuh), the full-grid pair
-// kernel was 0.76-0.94x from 655,360 vectors and 1.03-1.15x at 81,920 and below (run 3): heuristics.h.
+// Resident CTAs per SM asked of the register allocator: 3. Each thread walks its items g, g + grid size, ... over
+// one resident wave; while it works on an item, the next item's lines are prefetched into L1 (prefetch_pair_item),
+// and its loads follow the work. H200, session 9, same-build A/B (run 6) against one item per thread on a full
+// grid at 4 CTAs per SM (64 registers, run 4's kernel): the loop was 0.82-0.85x the time for bf16 at 4096-32768
+// tokens, 0.89-0.96x for fp8. Against one vector per thread (prologue_kernel.cuh), the full-grid pair kernel was
+// 0.76-0.94x from 655,360 vectors and 1.03-1.15x at 81,920 and below (run 3): heuristics.h.
+// Session 26 (cross-build A/B, run 5): the L1 prefetch in place of the next item held in registers (80 ->
+// 64-72 registers) took 0.944-0.991x the time from 4096 tokens at 3 CTAs per SM (1.034x at hy3_full 512 bf16);
+// 4 CTAs per SM, which its 64 registers would allow, measured 0.949-1.017x (fp8 hy3_full slower): 3 stays.
 constexpr int kPairMinCtas = 3;
 
 // NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s
@@ -69,6 +71,20 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
   it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
                         : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
   it.slot = h >= a.hq ? a.slot_mapping[t] : -1;
+}
+
+// The same item's lines into L1 (prefetch.global.L1: no registers held while they are in flight); the
+// load_pair_item that follows one item later finds them there.
+template <int D>
+__device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
+  const uint8_t* head = reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(t) * k.qkv_row_bytes +
+                        static_cast<uint32_t>(h) * (D * 2);
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_a));
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_b));
+  const void* pos = a.positions_64 ? static_cast<const void*>(static_cast<const int64_t*>(a.positions) + t)
+                                   : static_cast<const void*>(static_cast<const int32_t*>(a.positions) + t);
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(pos));
+  if (h >= a.hq) asm volatile("prefetch.global.L1 [%0];" ::"l"(a.slot_mapping + t));
 }
 
 // The norm weights of chunk c (8 values, fp32 or bf16) from global memory (L1 hits after the first item). Copying
@@ -210,7 +226,7 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
   k.qo_head_bytes = static_cast<uint32_t>(a.qo_head) * qes;
   // the first item's loads go out before the cache scales' loads and divisions
   const bool active = t < a.num_tokens;
-  PairItem A, B;
+  PairItem A;
   if (active) load_pair_item<D>(a, k, t, h, A);
   k.inv_k = kv_inv_scale(a, true);
   k.inv_v = kv_inv_scale(a, false);
@@ -221,15 +237,15 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
     t += dt, h += dh;
     if (h >= H) h -= H, ++t;
   };
-  // one copy of the item code: two copies taking turns (no per-step copy of the prefetched item, twice the code)
-  // measured the same (session 15 runs 3 and 5)
+  // the next item's lines go to L1 while this one is processed, then its loads hit there: no registers hold a
+  // prefetched item (sessions 9-25 held it in registers and copied it each step)
   while (true) {
     advance();
     const bool more = t < a.num_tokens;
-    if (more) load_pair_item<D>(a, k, t, h, B);
+    if (more) prefetch_pair_item<D>(a, k, t, h);
     process_pair_item<D, kMode>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
-    A = B;
+    load_pair_item<D>(a, k, t, h, A);
   }
 }
 
