@@ -88,6 +88,8 @@ struct Buffer {
   ~Buffer() {
     cudaFree(w);
     cudaFree(sink);
+    if (a != nullptr) cudaEventDestroy(a);
+    if (b != nullptr) cudaEventDestroy(b);
   }
 };
 inline int setup_and_read(Buffer& buf, size_t bytes, int sms, int reps) {
