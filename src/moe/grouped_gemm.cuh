@@ -130,6 +130,7 @@ struct MoeGemmConfig {
   // at 128)
   static constexpr int kBudget = (BM == 48)                               ? 110 * 1024
                                  : (kSwapAB && BN == 128)               ? 108 * 1024
+                                 : (kSwapAB && !kGateUp)                ? 108 * 1024
                                  : (!kGateUp && BM == 64 && BN == 256)  ? 170 * 1024
                                  : (!kGateUp && BM == 128 && BN == 256) ? 150 * 1024
                                  : (!kGateUp && BM == 128)              ? 180 * 1024

@@ -163,9 +163,9 @@ HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int interm
 // 1598; hy3 16384 1724 -> 1590); 128 forced where the rule already took 256: 0.99-1.09x (deepseek TP8
 // block-wise 16384 tokens 3398 -> 3715 us).
 HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int intermediate) {
-  (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   if (hidden % 256 != 0) return 128;
-  return (down_bm == 64 && intermediate % 128 == 0) || down_bm == 128 ? 256 : 128;
+  return (down_bm == 64 && intermediate % 128 == 0) || down_bm == 128 || (down_bm == 16 && !block_scaled) ? 256
+                                                                                                          : 128;
 }
 constexpr int kTileK = 128;
 
