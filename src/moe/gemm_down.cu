@@ -1,7 +1,8 @@
 // hopperkit fused FP8 MoE, kernel 3: down GEMM into per-row bf16 results.
-// Variants (tile rows / scaling / weight rows per tile): 16 and 32 both scalings 128, 48 per-tensor 128; 64 and
-// 128 both scalings 128 or 256 (down_bm from down_block_m in heuristics.h: 128 only where the gate-up runs
-// 128-row tiles, whose tile list it shares, and block-wise only from I = 512).
+// Variants (tile rows / scaling / weight rows per tile): 16 and 32 both scalings 128, 16 per-tensor also 256 (short
+// K: down_tile_n in heuristics.h), 48 per-tensor 128; 64 and 128 both scalings 128 or 256 (down_bm from
+// down_block_m in heuristics.h: 128 only where the gate-up runs 128-row tiles, whose tile list it shares, and
+// block-wise only from I = 512).
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
