@@ -124,12 +124,14 @@ struct MoeGemmConfig {
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16- to 48-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB; 48: 5 of 22 KB, two
-  // CTAs of 114.9 KB with the 1 KB reserved per CTA in the SM's 228 KB); the others one, with a deeper ring (the
-  // 256-row down tile leaves room for its output staging, 34 KB).
+  // CTAs of 114.9 KB with the 1 KB reserved per CTA in the SM's 228 KB), and so does the 16-row down tile over 256
+  // weight rows (3 stages of 34 KB: 6 stages at one CTA per SM measured no gain, session 27); the others one, with
+  // a deeper ring (the 256-row down tile leaves room for its output staging, 34 KB).
   // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
   // at 128)
   static constexpr int kBudget = (BM == 48)                               ? 110 * 1024
                                  : (kSwapAB && BN == 128)               ? 108 * 1024
+                                 : (kSwapAB && !kGateUp)                ? 108 * 1024
                                  : (!kGateUp && BM == 64 && BN == 256)  ? 170 * 1024
                                  : (!kGateUp && BM == 128 && BN == 256) ? 150 * 1024
                                  : (!kGateUp && BM == 128)              ? 180 * 1024

@@ -89,7 +89,13 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(gate_up_tile_n(false, 64, 320, 43), 128);
   EXPECT_EQ(gate_up_tile_n(true, 16, 256, 4), 256);     // one tile holds a whole 128-column activation group
   EXPECT_EQ(gate_up_tile_n(true, 64, 1536, 20), 256);
+  EXPECT_EQ(down_tile_n(false, 16, 4096, 192), 256);    // 16-row per-tensor tiles at short K: 256 (session 27)
+  EXPECT_EQ(down_tile_n(false, 16, 7168, 256), 256);
+  EXPECT_EQ(down_tile_n(false, 16, 4096, 320), 128);    // ... not at longer K (EP8: I = 1536 measured slower)
   EXPECT_EQ(down_tile_n(false, 16, 4096, 1536), 128);
+  EXPECT_EQ(down_tile_n(true, 16, 4096, 192), 128);     // ... nor block-wise: one weight scale per 128 rows
+  EXPECT_EQ(down_tile_n(false, 16, 192, 192), 128);     // ... nor past H
+  EXPECT_EQ(down_tile_n(false, 32, 4096, 192), 128);
   EXPECT_EQ(down_tile_n(false, 64, 4096, 1536), 256);
   EXPECT_EQ(down_tile_n(false, 64, 4096, 192), 128);    // 64-row tiles, K = 192 (TP8): 128 rows measured faster
   EXPECT_EQ(down_tile_n(false, 128, 4096, 192), 256);   // 128-row tiles, K = 192: 256 (session 20 run 5)

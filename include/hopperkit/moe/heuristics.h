@@ -162,10 +162,18 @@ HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int interm
 // per-tensor 0.92-1.00x the time from 64 rows per expert (qwen3 1024 tokens 175.8 -> 171.0 us, 16384 1660 ->
 // 1598; hy3 16384 1724 -> 1590); 128 forced where the rule already took 256: 0.99-1.09x (deepseek TP8
 // block-wise 16384 tokens 3398 -> 3715 us).
+// 16-row per-tensor down tiles (decode batches) take 256 weight rows where K is short (I <= 256: TP8, two
+// 128-deep stages per item), so each item's epilogue and hand-offs serve twice the MMA work and half the items
+// run. Measured on an H200 (session 27 run 3, cross-build A/B, MoE tests green under it): hy3 / qwen3 TP8
+// per-tensor 0.966-0.986x the time at 8-128 tokens (qwen3 64 tokens 89.5 -> 86.8 us), deepseek TP8 (I = 256)
+// 0.975-0.998x; at EP8 (I = 1536-2048, 12-16 stages per item: the epilogue weighs little, and half the items
+// fill fewer CTAs) 1.003-1.051x, so long K keeps 128. With 6 stages at one CTA per SM instead of 3 at two,
+// TP8 gained nothing (0.99-1.02x). Block-wise 16-row tiles keep 128 (one weight scale per 128-row block).
+constexpr int kWideSwapDownMaxK = 256;
 HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int intermediate) {
-  (void)block_scaled;  // both scalings (block-wise: one weight scale per warpgroup)
   if (hidden % 256 != 0) return 128;
-  return (down_bm == 64 && intermediate % 128 == 0) || down_bm == 128 ? 256 : 128;
+  const bool wide_swapped = down_bm == 16 && !block_scaled && intermediate <= kWideSwapDownMaxK;
+  return (down_bm == 64 && intermediate % 128 == 0) || down_bm == 128 || wide_swapped ? 256 : 128;
 }
 constexpr int kTileK = 128;
 
