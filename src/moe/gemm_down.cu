@@ -34,8 +34,8 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (128 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<128, 256, false, true>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "down block_m / block_scaled / tile_n",
-               "16/0/128, 16/0/256, 16/1/128, 32/0/128, 32/1/128, 48/0/128, 64/0/128, 64/0/256, 64/1/128, 64/1/256, 128/0/128, "
-               "128/0/256, 128/1/128 or 128/1/256",
+               "16/0/128, 16/0/256, 16/1/128, 32/0/128, 32/1/128, 48/0/128, 64/0/128, 64/0/256, 64/1/128, "
+               "64/1/256, 128/0/128, 128/0/256, 128/1/128 or 128/1/256",
                std::to_string(a.down_bm) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.down_tile_n));
   }

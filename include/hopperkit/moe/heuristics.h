@@ -166,9 +166,10 @@ HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int interm
 // 128-deep stages per item), so each item's epilogue and hand-offs serve twice the MMA work and half the items
 // run. Measured on an H200 (session 27 run 3, cross-build A/B, MoE tests green under it): hy3 / qwen3 TP8
 // per-tensor 0.966-0.986x the time at 8-128 tokens (qwen3 64 tokens 89.5 -> 86.8 us), deepseek TP8 (I = 256)
-// 0.975-0.998x; at EP8 (I = 1536-2048, 12-16 stages per item: the epilogue weighs little, and half the items
-// fill fewer CTAs) 1.003-1.051x, so long K keeps 128. With 6 stages at one CTA per SM instead of 3 at two,
-// TP8 gained nothing (0.99-1.02x). Block-wise 16-row tiles keep 128 (one weight scale per 128-row block).
+// 0.975-0.998x (1.010x at 256 tokens); at EP8 (I = 1536-2048, 12-16 stages per item: the epilogue weighs
+// little, and half the items fill fewer CTAs) 1.003-1.051x, so long K keeps 128. With 6 stages at one CTA per
+// SM instead of 3 at two, TP8 gained nothing (0.99-1.02x). Block-wise 16-row tiles keep 128 (one weight scale
+// per 128-row block); the 64- and 128-row tiles take 256 in both scalings (one weight scale per warpgroup).
 constexpr int kWideSwapDownMaxK = 256;
 HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int intermediate) {
   if (hidden % 256 != 0) return 128;
