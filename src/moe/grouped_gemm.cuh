@@ -156,6 +156,8 @@ struct MoeGemmConfig {
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(!kSwapAB || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
+  // the swapped down's stage retire applies one weight scale per stage (sc[BM]): one 128-row weight block
+  static_assert(!(kSwapAB && kBlock && !kGateUp) || BN == 128, "block-wise swapped down: 128 weight rows");
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows with the 128-byte swizzle
