@@ -16,7 +16,8 @@
 //    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
 //  * 16-, 32- and 48-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16,
 //    32 or 48 rows per m64n16k32 / m64n32k32 / m64n48k32), one stage's group in flight while the previous stage's sum is added
-//    (wait_group 1).
+//    (wait_group 1); the 32-row down tile over 256 weight rows, which holds one stage partial, runs its stages
+//    one after the other (kSerialSwap).
 //  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
 //    while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles (where the
 //    columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the same by
@@ -99,7 +100,10 @@ struct MoeGemmConfig {
   // 48-row swapped tiles: 2 CTAs per SM in the bounds, or ptxas takes 180-197 registers and one CTA fits (a
   // helper's review: registers go out per warp in 256-register units, 2 warps of 200 per sub-partition; capped
   // at 168 the down kernel spills 24 bytes)
-  static constexpr int kMinBlocks = kSetMaxNReg ? 1 : (kSwapAB && BM == 48) ? 2 : 0;
+  // The 32-row down tile over 256 weight rows too: its 164 registers are 4 below what 2 CTAs per SM allow, and
+  // without the bound a few more would silently halve its occupancy (a helper's review, session 27).
+  static constexpr int kMinBlocks =
+      kSetMaxNReg ? 1 : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256))) ? 2 : 0;
   static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
