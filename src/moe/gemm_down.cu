@@ -1,6 +1,6 @@
 // hopperkit fused FP8 MoE, kernel 3: down GEMM into per-row bf16 results.
-// Variants (tile rows / scaling / weight rows per tile): 16 and 32 both scalings 128, 16 per-tensor also 256 (short
-// K: down_tile_n in heuristics.h), 48 per-tensor 128; 64 and 128 both scalings 128 or 256 (down_bm from
+// Variants (tile rows / scaling / weight rows per tile): 16 and 32 both scalings 128, 16 and 32 per-tensor also 256
+// (short K: down_tile_n in heuristics.h), 48 per-tensor 128; 64 and 128 both scalings 128 or 256 (down_bm from
 // down_block_m in heuristics.h: 128 only where the gate-up runs 128-row tiles, whose tile list it shares, and
 // block-wise only from I = 512).
 #include "moe/gemm_launch.cuh"
@@ -22,6 +22,7 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (16 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<16, 256, false, false>{}); break;
     case (16 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<16, 128, false, true>{}); break;
     case (32 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<32, 128, false, false>{}); break;
+    case (32 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<32, 256, false, false>{}); break;
     case (32 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<32, 128, false, true>{}); break;
     case (48 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<48, 128, false, false>{}); break;
     case (64 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<64, 128, false, false>{}); break;
@@ -34,7 +35,7 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (128 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<128, 256, false, true>{}); break;
     default:
       HK_CHECK(kUnsupported, false, "down block_m / block_scaled / tile_n",
-               "16/0/128, 16/0/256, 16/1/128, 32/0/128, 32/1/128, 48/0/128, 64/0/128, 64/0/256, 64/1/128, "
+               "16/0/128, 16/0/256, 16/1/128, 32/0/128, 32/0/256, 32/1/128, 48/0/128, 64/0/128, 64/0/256, 64/1/128, "
                "64/1/256, 128/0/128, 128/0/256, 128/1/128 or 128/1/256",
                std::to_string(a.down_bm) + "/" + std::to_string(a.block_scaled) + "/" +
                    std::to_string(a.down_tile_n));

@@ -16,7 +16,8 @@
 //    accumulators) and release the stage on its empty barrier. The ring runs continuously across work items.
 //  * 16-, 32- and 48-row (decode) tiles: one consumer warpgroup, operands swapped (64 weight rows x the tile's 16,
 //    32 or 48 rows per m64n16k32 / m64n32k32 / m64n48k32), one stage's group in flight while the previous stage's sum is added
-//    (wait_group 1).
+//    (wait_group 1); the 32-row down tile over 256 weight rows, which holds one stage partial, runs its stages
+//    one after the other (kSerialSwap).
 //  * 64-row tiles: two consumer warpgroups; with 128 weight rows one stage's wgmma group stays in flight
 //    while the previous stage's sum is added and its slot released (wait_group 1); 256-row tiles (where the
 //    columns divide, see heuristics.h), whose registers do not hold a second partial tile, do the same by
@@ -99,7 +100,10 @@ struct MoeGemmConfig {
   // 48-row swapped tiles: 2 CTAs per SM in the bounds, or ptxas takes 180-197 registers and one CTA fits (a
   // helper's review: registers go out per warp in 256-register units, 2 warps of 200 per sub-partition; capped
   // at 168 the down kernel spills 24 bytes)
-  static constexpr int kMinBlocks = kSetMaxNReg ? 1 : (kSwapAB && BM == 48) ? 2 : 0;
+  // The 32-row down tile over 256 weight rows too: its 164 registers are 4 below what 2 CTAs per SM allow, and
+  // without the bound a few more would silently halve its occupancy (a helper's review, session 27).
+  static constexpr int kMinBlocks =
+      kSetMaxNReg ? 1 : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256))) ? 2 : 0;
   static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -124,9 +128,10 @@ struct MoeGemmConfig {
   static constexpr bool kLaneCopies = !kTmaA || kBlock;
   static constexpr int kBoxes = kGateUp ? 2 : 1;
   // 16- to 48-row tiles with 128 weight rows run 2 CTAs per SM (32 rows: 5 stages of 20 KB; 48: 5 of 22 KB, two
-  // CTAs of 114.9 KB with the 1 KB reserved per CTA in the SM's 228 KB), and so does the 16-row down tile over 256
-  // weight rows (3 stages of 34 KB: 6 stages at one CTA per SM measured no gain, session 27); the others one, with
-  // a deeper ring (the 256-row down tile leaves room for its output staging, 34 KB).
+  // CTAs of 114.9 KB with the 1 KB reserved per CTA in the SM's 228 KB), and so do the 16- and 32-row down tiles
+  // over 256 weight rows (3 stages of 34 / 36 KB; the 16-row one at 6 stages and one CTA per SM measured no gain,
+  // session 27); the others one, with a deeper ring (the 256-row down tile leaves room for its output staging,
+  // 34 KB).
   // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
   // at 128)
   static constexpr int kBudget = (BM == 48)                               ? 110 * 1024
@@ -495,6 +500,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // (below): their tile holds 32 accumulators per thread. 256-row tiles (64 per thread) have no room for two
   // more whole partial tiles: kHalfPipe.
   constexpr bool kPipe = (C::kWgmma && C::kWN == 64) || C::kSwapAB;
+  // The 32-row down tile over 256 weight rows (64 accumulators per thread) has room for one stage partial, not
+  // two: its stages run one after the other (at short K an item is two stages, so little overlap is lost).
+  constexpr bool kSerialSwap = C::kSwapAB && !kGateUp && BM == 32 && BN == 256;
   // 256-row tiles pipeline by half stages instead: a warpgroup's stage is two wgmma groups of 64 weight rows
   // (gate-up: its gate rows, then its up rows; down: its first and second 64 rows), each summed on its own into
   // a 32-register partial; one group stays in flight while the previous one is added. Registers: the tile's
@@ -762,26 +770,36 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         release(st);  // after the scales are read: they live in the stage
       };
       const int n = kb1 - kb0;  // >= 1: the host rejects K = 0, and a split slice holds at least one stage
-      mma_stage_at(step, p0);
-      load_epilogue_inputs();
-      int j = 0;
-      for (; j + 2 < n; j += 2) {  // stage j is in flight in p0
-        mma_stage_at(step + j + 1, p1);
-        wgmma_wait<1>();
-        retire(p0, step + j);
-        mma_stage_at(step + j + 2, p0);
-        wgmma_wait<1>();
-        retire(p1, step + j + 1);
-      }
-      if (j + 1 < n) {  // the last two stages: j in flight in p0
-        mma_stage_at(step + j + 1, p1);
-        wgmma_wait<1>();
-        retire(p0, step + j);
-        wgmma_wait<0>();
-        retire(p1, step + j + 1);
+      if constexpr (kSerialSwap) {
+        // one partial: each stage's group is waited for and added before the next stage is issued
+        for (int j = 0; j < n; ++j) {
+          mma_stage_at(step + j, p0);
+          if (j == 0) load_epilogue_inputs();
+          wgmma_wait<0>();
+          retire(p0, step + j);
+        }
       } else {
-        wgmma_wait<0>();
-        retire(p0, step + j);
+        mma_stage_at(step, p0);
+        load_epilogue_inputs();
+        int j = 0;
+        for (; j + 2 < n; j += 2) {  // stage j is in flight in p0
+          mma_stage_at(step + j + 1, p1);
+          wgmma_wait<1>();
+          retire(p0, step + j);
+          mma_stage_at(step + j + 2, p0);
+          wgmma_wait<1>();
+          retire(p1, step + j + 1);
+        }
+        if (j + 1 < n) {  // the last two stages: j in flight in p0
+          mma_stage_at(step + j + 1, p1);
+          wgmma_wait<1>();
+          retire(p0, step + j);
+          wgmma_wait<0>();
+          retire(p1, step + j + 1);
+        } else {
+          wgmma_wait<0>();
+          retire(p0, step + j);
+        }
       }
       step += n;
     }

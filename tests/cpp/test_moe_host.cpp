@@ -95,7 +95,9 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(down_tile_n(false, 16, 4096, 1536), 128);
   EXPECT_EQ(down_tile_n(true, 16, 4096, 192), 128);     // ... nor block-wise: one weight scale per 128 rows
   EXPECT_EQ(down_tile_n(false, 16, 192, 192), 128);     // ... nor past H
-  EXPECT_EQ(down_tile_n(false, 32, 4096, 192), 128);
+  EXPECT_EQ(down_tile_n(false, 32, 4096, 192), 256);    // 32-row: the same rule (one stage partial, kSerialSwap)
+  EXPECT_EQ(down_tile_n(true, 32, 4096, 192), 128);
+  EXPECT_EQ(down_tile_n(false, 48, 4096, 192), 128);
   EXPECT_EQ(down_tile_n(false, 64, 4096, 1536), 256);
   EXPECT_EQ(down_tile_n(false, 64, 4096, 192), 128);    // 64-row tiles, K = 192 (TP8): 128 rows measured faster
   EXPECT_EQ(down_tile_n(false, 128, 4096, 192), 256);   // 128-row tiles, K = 192: 256 (session 20 run 5)

@@ -170,10 +170,14 @@ HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int interm
 // little, and half the items fill fewer CTAs) 1.003-1.051x, so long K keeps 128. With 6 stages at one CTA per
 // SM instead of 3 at two, TP8 gained nothing (0.99-1.02x). Block-wise 16-row tiles keep 128 (one weight scale
 // per 128-row block); the 64- and 128-row tiles take 256 in both scalings (one weight scale per warpgroup).
+// 32-row per-tensor tiles take the same rule (session 27, prepared, NOT MEASURED: wip/moe-down-32x256): at 256
+// weight rows their 64 accumulators leave room for one stage partial, so their stages run one after the other
+// (kSerialSwap in grouped_gemm.cuh; 164 registers, no spills).
 constexpr int kWideSwapDownMaxK = 256;
 HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int intermediate) {
   if (hidden % 256 != 0) return 128;
-  const bool wide_swapped = down_bm == 16 && !block_scaled && intermediate <= kWideSwapDownMaxK;
+  const bool wide_swapped =
+      (down_bm == 16 || down_bm == 32) && !block_scaled && intermediate <= kWideSwapDownMaxK;
   return (down_bm == 64 && intermediate % 128 == 0) || down_bm == 128 || wide_swapped ? 256 : 128;
 }
 constexpr int kTileK = 128;
