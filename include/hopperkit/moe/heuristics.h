@@ -170,9 +170,10 @@ HK_MOE_HD int down_block_m(int bm, int gate_up_bm, bool block_scaled, int interm
 // little, and half the items fill fewer CTAs) 1.003-1.051x, so long K keeps 128. With 6 stages at one CTA per
 // SM instead of 3 at two, TP8 gained nothing (0.99-1.02x). Block-wise 16-row tiles keep 128 (one weight scale
 // per 128-row block); the 64- and 128-row tiles take 256 in both scalings (one weight scale per warpgroup).
-// 32-row per-tensor tiles take the same rule (session 27, prepared, NOT MEASURED: wip/moe-down-32x256): at 256
-// weight rows their 64 accumulators leave room for one stage partial, so their stages run one after the other
-// (kSerialSwap in grouped_gemm.cuh; 164 registers, no spills).
+// 32-row per-tensor tiles take the same rule: at 256 weight rows their 64 accumulators leave room for one stage
+// partial, so their stages run one after the other (kSerialSwap in grouped_gemm.cuh; 165 registers, no spills).
+// Measured on an H200 (session 28 call 1, cross-build A/B, 74 MoE tests green under it): qwen3 TP8 256 tokens
+// 110.3 -> 107.5 us (0.975x), 384 0.988x; hy3 TP8 384 0.980x, 512 0.991x; deepseek TP8 384-512 0.999-1.001x.
 constexpr int kWideSwapDownMaxK = 256;
 HK_MOE_HD int down_tile_n(bool block_scaled, int down_bm, int hidden, int intermediate) {
   if (hidden % 256 != 0) return 128;
