@@ -100,8 +100,8 @@ struct MoeGemmConfig {
   // 48-row swapped tiles: 2 CTAs per SM in the bounds, or ptxas takes 180-197 registers and one CTA fits (a
   // helper's review: registers go out per warp in 256-register units, 2 warps of 200 per sub-partition; capped
   // at 168 the down kernel spills 24 bytes)
-  // The 32-row down tile over 256 weight rows too: its 164 registers are 4 below what 2 CTAs per SM allow, and
-  // without the bound a few more would silently halve its occupancy (a helper's review, session 27).
+  // The 32-row down tile over 256 weight rows too: it needs 164-165 registers, 3-4 below what 2 CTAs per SM
+  // allow, and without the bound a few more would silently halve its occupancy (a helper's review, session 27).
   static constexpr int kMinBlocks =
       kSetMaxNReg ? 1 : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256))) ? 2 : 0;
   static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
