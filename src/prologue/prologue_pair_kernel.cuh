@@ -60,12 +60,18 @@ struct PairConsts {
   float inv_k, inv_v;       // 1 / the fp8 cache scales (1 for bf16)
 };
 
+// Head h of token t in qkv (bytes); load_pair_item and prefetch_pair_item read the same lines from it.
+template <int D>
+__device__ __forceinline__ const uint8_t* pair_item_head(const PrologueArgs& a, const PairConsts& k, int t, int h) {
+  return reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(t) * k.qkv_row_bytes +
+         static_cast<uint32_t>(h) * (D * 2);
+}
+
 template <int D>
 __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h,
                                                PairItem& it) {
   it.t = t, it.h = h;
-  const uint8_t* head = reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(t) * k.qkv_row_bytes +
-                        static_cast<uint32_t>(h) * (D * 2);
+  const uint8_t* head = pair_item_head<D>(a, k, t, h);
   it.raw_a = *reinterpret_cast<const uint4*>(head + k.chunk_a);
   it.raw_b = *reinterpret_cast<const uint4*>(head + k.chunk_b);
   it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
@@ -77,8 +83,7 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
 // load_pair_item that follows one item later finds them there.
 template <int D>
 __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
-  const uint8_t* head = reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(t) * k.qkv_row_bytes +
-                        static_cast<uint32_t>(h) * (D * 2);
+  const uint8_t* head = pair_item_head<D>(a, k, t, h);
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_a));
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_b));
   const void* pos = a.positions_64 ? static_cast<const void*>(static_cast<const int64_t*>(a.positions) + t)
