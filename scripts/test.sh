@@ -23,5 +23,6 @@ for m in weight_stream down_stream; do
   $NVCC -std=c++17 -O3 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a bench/micro/$m.cu \
     src/common/tensor_map.cpp src/common/error.cpp -o build/cpp-tests/micro_$m
 done
+$NVCC -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a bench/micro/cta_placement.cu -o build/cpp-tests/micro_cta_placement
 echo "== Python tests"
 cd tests/python && $PY -m pytest -q -rs
