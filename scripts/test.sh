@@ -19,10 +19,9 @@ $NVCC "${TRACE_FLAGS[@]}" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-c
   -c src/decode/variants/attention_bf16_r16.cu -o build/cpp-tests/trace_check_kernel.o
 $NVCC "${TRACE_FLAGS[@]}" -c src/decode/attention_launch.cpp -o build/cpp-tests/trace_check_launch.o
 echo "== micro-benchmarks (bench/micro): compile check"
-for m in weight_stream down_stream; do
+for m in weight_stream down_stream cta_placement; do
   $NVCC -std=c++17 -O3 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a bench/micro/$m.cu \
     src/common/tensor_map.cpp src/common/error.cpp -o build/cpp-tests/micro_$m
 done
-$NVCC -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a bench/micro/cta_placement.cu -o build/cpp-tests/micro_cta_placement
 echo "== Python tests"
 cd tests/python && $PY -m pytest -q -rs
