@@ -331,13 +331,38 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // decode tiles split K when there are fewer tasks than CTAs, or just past one wave over a long K (see
   // split_k_slices); work item = (task, slice)
   const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
-  const int items = tasks * S;
+  // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
+  // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
+  // steps laid end to end; a task shared by several CTAs ("pieces") parks their partials at stream_k_slot and the
+  // last piece to arrive sums them in K order (as the split's slices: deterministic). Its work items are virtual:
+  // item blockIdx.x + u gridDim.x is the CTA's u-th task, so the loops below run unchanged.
+  constexpr bool kStreamKKernel = kGateUp && kBlock && BM == 16;
+  const int G = static_cast<int>(gridDim.x);
+  const bool stream_k = kStreamKKernel && a.allow_split && stream_k_applies(tasks, G);
+  auto sk_begin = [&](int c) { return stream_k_begin(c, tasks, nk, G); };
+  auto sk_cta_of_step = [&](int st) { return stream_k_cta_of_step(st, tasks, nk, G); };
+  const int sk_b = stream_k ? sk_begin(blockIdx.x) : 0, sk_e = stream_k ? sk_begin(blockIdx.x + 1) : 0;
+  const int sk_task0 = sk_b / nk;
+  // items this CTA may run up to (exclusive): every CTA's own bound in stream-K mode
+  const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
+  auto task_of = [&](int item) { return stream_k ? sk_task0 + (item - static_cast<int>(blockIdx.x)) / G : item / S; };
   __syncthreads();  // barriers initialised, s_amax cleared
 
   auto item_range = [&](int item, int& kb0, int& kb1) {
+    if (stream_k) {
+      const int t0 = task_of(item) * nk;
+      kb0 = sk_b > t0 ? sk_b - t0 : 0;
+      kb1 = sk_e - t0 < nk ? sk_e - t0 : nk;
+      return;
+    }
     const int slice = item % S;
     kb0 = slice * nk / S;
     kb1 = (slice + 1) * nk / S;
+  };
+  // the pieces of `task` (CTAs or slices that share it) and where piece p's partial is parked
+  auto pieces_of = [&](int task) { return stream_k ? stream_k_pieces(task, tasks, nk, G) : S; };
+  auto partial_slot = [&](int task, int p) {  // the split's slices: item task * S + p
+    return stream_k ? stream_k_slot(task, p, tasks, nk, G) : task * S + p;
   };
 
   // Which latency hiding each kernel gets, as measured (session 4, device runs 4-6):
@@ -348,7 +373,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //    last (per-tensor decode 4% faster in session 4).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
-  auto tile_of = [&](int it) { return it < items ? tile_list[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
+  auto tile_of = [&](int it) { return it < items ? tile_list[task_of(it) % num_tiles] : make_int4(0, 0, 0, 0); };
 
   if (producer) {
     // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
@@ -380,7 +405,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     int step = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      const int task = item / S;
+      const int task = task_of(item);
       int4 tile, t_after = make_int4(0, 0, 0, 0);
       int tok_next[C::kAChunks];
       if constexpr (kPrefetch) {
@@ -523,7 +548,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
     } else {
-      tile = tile_list[(item / S) % num_tiles];
+      tile = tile_list[task_of(item) % num_tiles];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
@@ -805,10 +830,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
 
     // ---- end of a work item
-    const int task = item / S;
-    if (S > 1) {  // split K: park this slice's partial tile; the last slice to arrive sums all in slice order
+    const int task = task_of(item);
+    const int pieces = pieces_of(task);
+    if (pieces > 1) {  // split K: park this piece's partial tile; the last piece to arrive sums all in K order
       constexpr int kVals = C::kMT * C::kNT * 4;
-      float* mine = a.split_partials + static_cast<int64_t>(item) * kVals * C::kConsumerThreads;
+      const int slot = stream_k ? partial_slot(task, static_cast<int>(blockIdx.x) - sk_cta_of_step(task * nk)) : item;
+      float* mine = a.split_partials + static_cast<int64_t>(slot) * kVals * C::kConsumerThreads;
       for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
         __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid, acc[mt][nt][i]);
       });
@@ -816,7 +843,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // it by the bar.sync) and, for the last slice, acquires the other slices' (shared with its threads by the
       // next bar.sync); it replaces a sequentially consistent fence in every thread on both sides
       consumer_sync();
-      if (tid == 0) s_last_slice = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == S - 1;
+      if (tid == 0) s_last_slice = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == pieces - 1;
       consumer_sync();
       const bool last = s_last_slice;
       consumer_sync();  // everyone has read the flag before the next item may overwrite it
@@ -825,8 +852,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         continue;
       }
       zero_acc();
-      for (int sl = 0; sl < S; ++sl) {
-        const float* part = a.split_partials + static_cast<int64_t>(task * S + sl) * kVals * C::kConsumerThreads;
+      for (int sl = 0; sl < pieces; ++sl) {
+        const float* part = a.split_partials + static_cast<int64_t>(partial_slot(task, sl)) * kVals * C::kConsumerThreads;
         for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
           acc[mt][nt][i] += __ldcg(part + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid);
         });
