@@ -149,13 +149,15 @@ TEST(MoeHeuristics, IndexCtas) {
 }
 
 TEST(MoeHeuristics, StreamKAppliesToShortTailRounds) {
-  EXPECT_TRUE(stream_k_applies(144, 132));    // qwen3 / deepseek EP8 block-wise, 16 tokens: a round of 12 CTAs
-  EXPECT_TRUE(stream_k_applies(276, 132));    // hy3 EP8 block-wise, 128 tokens
-  EXPECT_FALSE(stream_k_applies(252, 132));   // a last round of 120 CTAs: whole tasks keep them busy
-  EXPECT_FALSE(stream_k_applies(264, 132));   // whole rounds
-  EXPECT_FALSE(stream_k_applies(100, 132));   // one round: the split rule's case
-  EXPECT_FALSE(stream_k_applies(kSplitSlices + 1, 132));  // the split counters hold kSplitSlices tasks
-  EXPECT_FALSE(stream_k_applies(1000, kSplitSlices / 2 + 1));  // 2 partial slots per CTA
+  EXPECT_TRUE(stream_k_applies(144, 32, 132));    // qwen3 EP8 block-wise, 16 tokens: a last round of 12 CTAs
+  EXPECT_TRUE(stream_k_applies(144, 56, 132));    // deepseek EP8 block-wise, 16 tokens
+  EXPECT_TRUE(stream_k_applies(276, 32, 132));    // hy3 EP8 block-wise, 128 tokens
+  EXPECT_FALSE(stream_k_applies(252, 32, 132));   // a last round of 120 CTAs: whole tasks keep them busy
+  EXPECT_FALSE(stream_k_applies(264, 32, 132));   // whole rounds
+  EXPECT_FALSE(stream_k_applies(100, 32, 132));   // one round: the split rule's case
+  EXPECT_FALSE(stream_k_applies(kSplitSlices + 1, 32, 132));  // the split counters hold kSplitSlices tasks
+  EXPECT_FALSE(stream_k_applies(1000, 32, kSplitSlices / 2 + 1));  // 2 partial slots per CTA
+  EXPECT_FALSE(stream_k_applies(1000, 4096, 500));  // tasks x steps x CTAs past 32 bits
 }
 
 // Every (task, K step) in exactly one CTA's range; each task's pieces in K order at distinct slots, the merging
@@ -175,7 +177,7 @@ TEST(MoeHeuristics, StreamKRangesCoverEveryStepOnce) {
             const int first = stream_k_cta_of_step(t * nk, tasks, nk, ctas);
             ASSERT_LE(first, c);
             if (stream_k_pieces(t, tasks, nk, ctas) > 1) {
-              const int slot = stream_k_slot(t, c - first, tasks, nk, ctas);
+              const int slot = stream_k_slot(c, t == b / nk);  // as the parking CTA computes it
               ASSERT_TRUE(slot >= 0 && slot < 2 * ctas && parked[slot] < 0) << slot;
               parked[slot] = t * nk + k0;  // the piece's first step
             }
@@ -187,9 +189,10 @@ TEST(MoeHeuristics, StreamKRangesCoverEveryStepOnce) {
           ASSERT_GE(n, 1);
           int next = t * nk;  // pieces in K order, contiguous
           for (int p = 0; n > 1 && p < n; ++p) {
-            const int at = parked[stream_k_slot(t, p, tasks, nk, ctas)];
+            const int first = stream_k_cta_of_step(t * nk, tasks, nk, ctas);  // as the merging CTA computes it
+            const int at = parked[stream_k_piece_slot(t, p, first, stream_k_begin(first, tasks, nk, ctas), nk)];
             ASSERT_EQ(at, next) << "task " << t << " piece " << p;
-            const int c = stream_k_cta_of_step(t * nk, tasks, nk, ctas) + p;
+            const int c = first + p;
             next = std::min(stream_k_begin(c + 1, tasks, nk, ctas), (t + 1) * nk);
           }
         }
