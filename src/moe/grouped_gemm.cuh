@@ -331,10 +331,32 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // decode tiles split K when there are fewer tasks than CTAs, or just past one wave over a long K (see
   // split_k_slices); work item = (task, slice)
   const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
-  const int items = tasks * S;
+  // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
+  // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
+  // steps laid end to end; a task shared by several CTAs ("pieces") parks their partials at stream_k_slot and the
+  // last piece to arrive sums them in K order (as the split's slices: deterministic). Its work items are virtual:
+  // item blockIdx.x + u gridDim.x is the CTA's u-th task, so the loops below run unchanged.
+  constexpr bool kStreamKKernel = kGateUp && kBlock && BM == 16;
+  static_assert(!kStreamKKernel || (C::kSwapAB && !C::kWgmma), "stream-K: swapped tiles (no kPrefetch, tile_of)");
+  const int G = static_cast<int>(gridDim.x);
+  const bool stream_k = kStreamKKernel && a.allow_split && stream_k_applies(tasks, nk, G);
+  auto sk_begin = [&](int c) { return stream_k_begin(c, tasks, nk, G); };
+  auto sk_cta_of_step = [&](int st) { return stream_k_cta_of_step(st, tasks, nk, G); };
+  const int sk_b = stream_k ? sk_begin(blockIdx.x) : 0, sk_e = stream_k ? sk_begin(blockIdx.x + 1) : 0;
+  const int sk_task0 = sk_b / nk;
+  // items this CTA may run up to (exclusive): every CTA's own bound in stream-K mode
+  const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
+  // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x) -> its task
+  auto task_of = [&](int item, int u) { return stream_k ? sk_task0 + u : item / S; };
   __syncthreads();  // barriers initialised, s_amax cleared
 
-  auto item_range = [&](int item, int& kb0, int& kb1) {
+  auto item_range = [&](int item, int u, int& kb0, int& kb1) {
+    if (stream_k) {
+      const int t0 = task_of(item, u) * nk;
+      kb0 = sk_b > t0 ? sk_b - t0 : 0;
+      kb1 = sk_e - t0 < nk ? sk_e - t0 : nk;
+      return;
+    }
     const int slice = item % S;
     kb0 = slice * nk / S;
     kb1 = (slice + 1) * nk / S;
@@ -348,7 +370,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //    last (per-tensor decode 4% faster in session 4).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
-  auto tile_of = [&](int it) { return it < items ? tile_list[(it / S) % num_tiles] : make_int4(0, 0, 0, 0); };
+  auto tile_of = [&](int it) {  // (kPrefetch kernels only: never in stream-K mode)
+    return it < items ? tile_list[(it / S) % num_tiles] : make_int4(0, 0, 0, 0);
+  };
 
   if (producer) {
     // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
@@ -379,8 +403,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       load_tokens(t_cur, tok_cur);
     }
     int step = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      const int task = item / S;
+    for (int item = blockIdx.x, u = 0; item < items; item += gridDim.x, ++u) {
+      const int task = task_of(item, u);
       int4 tile, t_after = make_int4(0, 0, 0, 0);
       int tok_next[C::kAChunks];
       if constexpr (kPrefetch) {
@@ -393,7 +417,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int e = tile.x, row_begin = tile.y, rows = tile.z;
       const int n0 = (task / num_tiles) * cols_per_task;
       int kb0, kb1;
-      item_range(item, kb0, kb1);
+      item_range(item, u, kb0, kb1);
       // this thread's A chunks (cp.async path: gate-up's token rows, per-tensor swapped down's act rows by slot)
       const uint8_t* a_src[C::kAChunks] = {};
       int a_ok[C::kAChunks] = {};
@@ -513,9 +537,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int item = blockIdx.x, u = 0; item < items; item += gridDim.x, ++u) {
     int kb0, kb1;
-    item_range(item, kb0, kb1);
+    item_range(item, u, kb0, kb1);
     // the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded now and after
     // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
     int4 tile;
@@ -523,7 +547,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
     } else {
-      tile = tile_list[(item / S) % num_tiles];
+      tile = tile_list[task_of(item, u) % num_tiles];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
@@ -805,10 +829,18 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
 
     // ---- end of a work item
-    const int task = item / S;
-    if (S > 1) {  // split K: park this slice's partial tile; the last slice to arrive sums all in slice order
+    const int task = task_of(item, u);
+    // the task's pieces (slices, or CTAs in stream-K mode: the first one and where its range begins)
+    int pieces = S, first_cta = 0, first_begin = 0;
+    if (stream_k) {
+      first_cta = sk_cta_of_step(task * nk);
+      first_begin = sk_begin(first_cta);
+      pieces = sk_cta_of_step(task * nk + nk - 1) - first_cta + 1;
+    }
+    if (pieces > 1) {  // split K: park this piece's partial tile; the last piece to arrive sums all in K order
       constexpr int kVals = C::kMT * C::kNT * 4;
-      float* mine = a.split_partials + static_cast<int64_t>(item) * kVals * C::kConsumerThreads;
+      const int slot = stream_k ? stream_k_slot(blockIdx.x, task == sk_task0) : item;
+      float* mine = a.split_partials + static_cast<int64_t>(slot) * kVals * C::kConsumerThreads;
       for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
         __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid, acc[mt][nt][i]);
       });
@@ -816,7 +848,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // it by the bar.sync) and, for the last slice, acquires the other slices' (shared with its threads by the
       // next bar.sync); it replaces a sequentially consistent fence in every thread on both sides
       consumer_sync();
-      if (tid == 0) s_last_slice = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == S - 1;
+      if (tid == 0) s_last_slice = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == pieces - 1;
       consumer_sync();
       const bool last = s_last_slice;
       consumer_sync();  // everyone has read the flag before the next item may overwrite it
@@ -825,8 +857,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         continue;
       }
       zero_acc();
-      for (int sl = 0; sl < S; ++sl) {
-        const float* part = a.split_partials + static_cast<int64_t>(task * S + sl) * kVals * C::kConsumerThreads;
+      for (int sl = 0; sl < pieces; ++sl) {
+        const int at = stream_k ? stream_k_piece_slot(task, sl, first_cta, first_begin, nk) : task * S + sl;
+        const float* part = a.split_partials + static_cast<int64_t>(at) * kVals * C::kConsumerThreads;
         for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
           acc[mt][nt][i] += __ldcg(part + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid);
         });

@@ -148,6 +148,59 @@ TEST(MoeHeuristics, IndexCtas) {
   EXPECT_EQ(index_ctas(static_cast<int64_t>(kMaxTokens) * kMaxTopK), kMaxIndexCtas);
 }
 
+TEST(MoeHeuristics, StreamKAppliesToShortTailRounds) {
+  EXPECT_TRUE(stream_k_applies(144, 32, 132));    // qwen3 EP8 block-wise, 16 tokens: a last round of 12 CTAs
+  EXPECT_TRUE(stream_k_applies(144, 56, 132));    // deepseek EP8 block-wise, 16 tokens
+  EXPECT_TRUE(stream_k_applies(276, 32, 132));    // hy3 EP8 block-wise, 128 tokens
+  EXPECT_FALSE(stream_k_applies(252, 32, 132));   // a last round of 120 CTAs: whole tasks keep them busy
+  EXPECT_FALSE(stream_k_applies(264, 32, 132));   // whole rounds
+  EXPECT_FALSE(stream_k_applies(100, 32, 132));   // one round: the split rule's case
+  EXPECT_FALSE(stream_k_applies(kSplitSlices + 1, 32, 132));  // the split counters hold kSplitSlices tasks
+  EXPECT_FALSE(stream_k_applies(1000, 32, kSplitSlices / 2 + 1));  // 2 partial slots per CTA
+  EXPECT_FALSE(stream_k_applies(1000, 4096, 500));  // tasks x steps x CTAs past 32 bits
+}
+
+// Every (task, K step) in exactly one CTA's range; each task's pieces in K order at distinct slots, the merging
+// CTA's slot for piece p being where that piece parked it.
+TEST(MoeHeuristics, StreamKRangesCoverEveryStepOnce) {
+  for (int ctas : {1, 2, 3, 7, 132, 264}) {
+    for (int nk : {1, 2, 3, 8, 32, 56}) {
+      for (int tasks = ctas + 1; tasks <= std::min(3 * ctas + 4, kSplitSlices); ++tasks) {
+        const int steps = tasks * nk;
+        std::vector<int> cover(steps, 0), parked(2 * ctas, -1);
+        for (int c = 0; c < ctas; ++c) {
+          const int b = stream_k_begin(c, tasks, nk, ctas), e = stream_k_begin(c + 1, tasks, nk, ctas);
+          ASSERT_LT(b, e) << ctas << " " << nk << " " << tasks;
+          for (int t = b / nk; t <= (e - 1) / nk; ++t) {
+            const int k0 = std::max(b - t * nk, 0), k1 = std::min(e - t * nk, nk);
+            for (int k = k0; k < k1; ++k) ++cover[t * nk + k];
+            const int first = stream_k_cta_of_step(t * nk, tasks, nk, ctas);
+            ASSERT_LE(first, c);
+            if (stream_k_pieces(t, tasks, nk, ctas) > 1) {
+              const int slot = stream_k_slot(c, t == b / nk);  // as the parking CTA computes it
+              ASSERT_TRUE(slot >= 0 && slot < 2 * ctas && parked[slot] < 0) << slot;
+              parked[slot] = t * nk + k0;  // the piece's first step
+            }
+          }
+        }
+        for (int st = 0; st < steps; ++st) ASSERT_EQ(cover[st], 1) << "step " << st;
+        for (int t = 0; t < tasks; ++t) {
+          const int n = stream_k_pieces(t, tasks, nk, ctas);
+          ASSERT_GE(n, 1);
+          int next = t * nk;  // pieces in K order, contiguous
+          for (int p = 0; n > 1 && p < n; ++p) {
+            const int first = stream_k_cta_of_step(t * nk, tasks, nk, ctas);  // as the merging CTA computes it
+            const int at = parked[stream_k_piece_slot(t, p, first, stream_k_begin(first, tasks, nk, ctas), nk)];
+            ASSERT_EQ(at, next) << "task " << t << " piece " << p;
+            const int c = first + p;
+            next = std::min(stream_k_begin(c + 1, tasks, nk, ctas), (t + 1) * nk);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MoeHeuristics, SplitKSlices) {
   EXPECT_EQ(split_k_slices(96, 264, 32), 2);    // hy3 TP8 decode gate-up: 96 tasks, 264 resident CTAs, one wave
   EXPECT_EQ(split_k_slices(96, 264, 32, 2), 5); // two items per CTA

@@ -293,6 +293,23 @@ def test_split_k_just_past_one_wave(gemm):
         assert 264 < tasks <= 297, f"{tasks} {gemm} tasks: the case is meant for 264 < tasks <= 297"
 
 
+@pytest.mark.parametrize("H", [256, 1024])
+def test_block_gate_up_stream_k(H):
+    """The block-wise 16 x 256 gate-up (one CTA per SM) just past one round of whole tasks: 12 column blocks (I =
+    1536) of ~13 single-tile experts = ~156 tasks on 132 CTAs, whose K steps (2 or 8 per task) are shared out
+    evenly (stream_k_applies in heuristics.h): tasks split between CTAs at any step, their partials summed by the
+    last piece; bitwise repeatable."""
+    from hopperkit.moe import _workspace_views
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    E, K, I = sms // 12 + 1, 2, 1536
+    T = 4 * E  # ~8 rows per expert: one 16-row tile each
+    _, _, ws = run_case(T, H, I, E, K, True, seed=H + 1, check_repeat=True)
+    assert index_block_m(T, K, E, True, E, H, I) == 16
+    tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * (I // 128)
+    tail = tasks % sms
+    assert tasks > sms and 0 < 2 * tail <= sms, f"{tasks} tasks on {sms} CTAs: the case is meant for a short tail"
+
+
 @pytest.mark.parametrize("K", [1, 16])
 def test_top_k_extremes(K):
     run_case(20, 256, 128, 32, K, True, seed=K)

@@ -215,6 +215,36 @@ HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSpli
   return s > 1 ? s : 1;
 }  // bytes (fp8 elements) of K per pipeline stage = one 128-block of block scaling
 
+// Balanced K ranges (stream-K) for a swapped gate-up running one CTA per SM (the block-wise 16 x 256 one): when
+// the tasks outnumber the CTAs and the last round of whole tasks would keep at most half of them busy, CTA c takes
+// the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x k_steps steps laid end to end, so every
+// CTA streams the same bytes; a task is then shared by 1-3 CTAs ("pieces", in K order), whose partial tiles the
+// split-K hand-off sums. A CTA parks at most two partials (its first task and its last): workspace slot 2c or
+// 2c + 1 (stream_k_slot), so ctas <= kSplitSlices / 2.
+HK_MOE_HD bool stream_k_applies(int tasks, int k_steps, int ctas) {
+  const int tail = ctas > 0 ? tasks % ctas : 0;
+  return tasks > ctas && tasks <= kSplitSlices && 2 * ctas <= kSplitSlices && tail != 0 && 2 * tail <= ctas &&
+         static_cast<int64_t>(tasks) * k_steps * ctas < (int64_t{1} << 31);  // the functions below in 32 bits
+}
+HK_MOE_HD int stream_k_begin(int cta, int tasks, int k_steps, int ctas) {
+  return static_cast<int>(static_cast<unsigned>(cta * tasks * k_steps) / static_cast<unsigned>(ctas));
+}
+// the CTA whose range holds step `step` (0 <= step < tasks x k_steps)
+HK_MOE_HD int stream_k_cta_of_step(int step, int tasks, int k_steps, int ctas) {
+  return static_cast<int>(static_cast<unsigned>((step + 1) * ctas - 1) / static_cast<unsigned>(tasks * k_steps));
+}
+HK_MOE_HD int stream_k_pieces(int task, int tasks, int k_steps, int ctas) {
+  return stream_k_cta_of_step(task * k_steps + k_steps - 1, tasks, k_steps, ctas) -
+         stream_k_cta_of_step(task * k_steps, tasks, k_steps, ctas) + 1;
+}
+// Workspace slots of the partials: CTA c parks its first task's at 2c and its last task's at 2c + 1. For the CTA
+// that merges `task` (first piece at CTA `first_cta`, whose range begins at step `first_begin`): piece p > 0 is
+// CTA first_cta + p's first task; piece 0 is first_cta's first task only if its range begins at the task.
+HK_MOE_HD int stream_k_slot(int cta, bool cta_first_task) { return 2 * cta + (cta_first_task ? 0 : 1); }
+HK_MOE_HD int stream_k_piece_slot(int task, int piece, int first_cta, int first_begin, int k_steps) {
+  return stream_k_slot(first_cta + piece, piece > 0 || first_begin == task * k_steps);
+}
+
 // The routing index build: up to kIndexCtaRows routing entries (token, k) it is one CTA of the prep kernel (the
 // count, the per-expert offsets and the placement in one block); above that, the entries are cut into chunks of
 // kIndexCtaRows, one CTA each, which count their chunk in the prep kernel (per-chunk histograms in the
