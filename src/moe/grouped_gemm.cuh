@@ -3,7 +3,9 @@
 // A persistent grid drains the task list (tile of one expert's rows) x (block of weight rows); which tiles
 // exist is known only on the device (kernel 1 wrote them), so every CTA reads the tile count and strides over
 // the work items (task x K slice, see split_k_slices), tile fastest: CTAs running at the same time share a
-// weight block, which stays in L2 when an expert has several tiles.
+// weight block, which stays in L2 when an expert has several tiles. The block-wise 16 x 256 gate-up (one CTA
+// per SM) shares out all tasks' K steps evenly instead when its last round of whole tasks would be short
+// (stream-K: stream_k_applies in heuristics.h).
 //
 // Warp roles: one producer warp (a warpgroup for 128-row tiles) fills a ring of kStages stages; kConsumerWarps
 // warps run the MMAs.

@@ -220,7 +220,12 @@ HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSpli
 // the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x k_steps steps laid end to end, so every
 // CTA streams the same bytes; a task is then shared by 1-3 CTAs ("pieces", in K order), whose partial tiles the
 // split-K hand-off sums. A CTA parks at most two partials (its first task and its last): workspace slot 2c or
-// 2c + 1 (stream_k_slot), so ctas <= kSplitSlices / 2.
+// 2c + 1 (stream_k_slot), so ctas <= kSplitSlices / 2. Measured on an H200 (session 29 call 9, cross-build A/B of
+// the block-wise sweep at 4-512 tokens, the whole GPU suite green under it): where it applies, deepseek EP8 16
+// tokens 120.7 -> 112.0 us (0.928x), hy3 EP8 128 129.0 -> 120.6 (0.935x), qwen3 EP8 16 / 32 / 64 0.937 / 0.940 /
+// 0.969x; where it does not, the kernel's added code costs 1-3% at 4-8 tokens (hy3 EP8 4 1.033x, qwen3 EP8 4
+// 1.020x; session 29 call 8's first form, with more code, 1.5-4%). The same kernel at 2 CTAs per SM instead
+// (one round for ~144 tasks) gained at 16-64 tokens but lost 4-8% elsewhere (calls 3, 4, 6).
 HK_MOE_HD bool stream_k_applies(int tasks, int k_steps, int ctas) {
   const int tail = ctas > 0 ? tasks % ctas : 0;
   return tasks > ctas && tasks <= kSplitSlices && 2 * ctas <= kSplitSlices && tail != 0 && 2 * tail <= ctas &&
