@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
   // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
   // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
-  // steps laid end to end; a task shared by several CTAs ("pieces") parks their partials at stream_k_slot and the
+  // steps laid end to end; a task shared by two CTAs ("pieces") parks their partials at stream_k_slot and the
   // last piece to arrive sums them in K order (as the split's slices: deterministic). Its work items are virtual:
   // item blockIdx.x + u gridDim.x is the CTA's u-th task, so the loops below run unchanged.
   constexpr bool kStreamKKernel = kGateUp && kBlock && BM == 16;

@@ -296,9 +296,9 @@ def test_split_k_just_past_one_wave(gemm):
 @pytest.mark.parametrize("H", [256, 1024])
 def test_block_gate_up_stream_k(H):
     """The block-wise 16 x 256 gate-up (one CTA per SM) just past one round of whole tasks: 12 column blocks (I =
-    1536) of ~13 single-tile experts = ~156 tasks on 132 CTAs, whose K steps (2 or 8 per task) are shared out
-    evenly (stream_k_applies in heuristics.h): tasks split between CTAs at any step, their partials summed by the
-    last piece; bitwise repeatable."""
+    1536) of SMs // 12 + 1 single-tile experts (12 on an H200: 144 tasks on 132 CTAs), whose K steps (2 or 8 per
+    task) are shared out evenly (stream_k_applies in heuristics.h): tasks split between CTAs at any step, their
+    partials summed by the last piece; bitwise repeatable."""
     from hopperkit.moe import _workspace_views
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     E, K, I = sms // 12 + 1, 2, 1536

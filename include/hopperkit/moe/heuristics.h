@@ -218,8 +218,8 @@ HK_MOE_HD int split_k_slices(int tasks, int ctas, int k_steps, int waves = kSpli
 // Balanced K ranges (stream-K) for a swapped gate-up running one CTA per SM (the block-wise 16 x 256 one): when
 // the tasks outnumber the CTAs and the last round of whole tasks would keep at most half of them busy, CTA c takes
 // the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x k_steps steps laid end to end, so every
-// CTA streams the same bytes; a task is then shared by 1-3 CTAs ("pieces", in K order), whose partial tiles the
-// split-K hand-off sums. A CTA parks at most two partials (its first task and its last): workspace slot 2c or
+// CTA streams the same bytes; a task is then shared by 1 or 2 CTAs ("pieces", in K order: each range holds at
+// least k_steps steps), whose partial tiles the split-K hand-off sums. A CTA parks at most two partials (its first task and its last): workspace slot 2c or
 // 2c + 1 (stream_k_slot), so ctas <= kSplitSlices / 2. Measured on an H200 (session 29 call 9, cross-build A/B of
 // the block-wise sweep at 4-512 tokens, the whole GPU suite green under it): where it applies, deepseek EP8 16
 // tokens 120.7 -> 112.0 us (0.928x), hy3 EP8 128 129.0 -> 120.6 (0.935x), qwen3 EP8 16 / 32 / 64 0.937 / 0.940 /
