@@ -354,9 +354,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
 
   auto item_range = [&](int item, int u, int& kb0, int& kb1) {
     if (stream_k) {
-      const int t0 = task_of(item, u) * nk;
-      kb0 = sk_b > t0 ? sk_b - t0 : 0;
-      kb1 = sk_e - t0 < nk ? sk_e - t0 : nk;
+      stream_k_task_steps(task_of(item, u), sk_b, sk_e, nk, kb0, kb1);
       return;
     }
     const int slice = item % S;
@@ -837,7 +835,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (stream_k) {
       first_cta = sk_cta_of_step(task * nk);
       first_begin = sk_begin(first_cta);
-      pieces = sk_cta_of_step(task * nk + nk - 1) - first_cta + 1;
+      pieces = stream_k_pieces(task, first_cta, tasks, nk, G);
     }
     if (pieces > 1) {  // split K: park this piece's partial tile; the last piece to arrive sums all in K order
       constexpr int kVals = C::kMT * C::kNT * 4;

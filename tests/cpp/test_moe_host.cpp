@@ -172,11 +172,12 @@ TEST(MoeHeuristics, StreamKRangesCoverEveryStepOnce) {
           const int b = stream_k_begin(c, tasks, nk, ctas), e = stream_k_begin(c + 1, tasks, nk, ctas);
           ASSERT_LT(b, e) << ctas << " " << nk << " " << tasks;
           for (int t = b / nk; t <= (e - 1) / nk; ++t) {
-            const int k0 = std::max(b - t * nk, 0), k1 = std::min(e - t * nk, nk);
+            int k0 = 0, k1 = 0;
+            stream_k_task_steps(t, b, e, nk, k0, k1);
             for (int k = k0; k < k1; ++k) ++cover[t * nk + k];
             const int first = stream_k_cta_of_step(t * nk, tasks, nk, ctas);
             ASSERT_LE(first, c);
-            if (stream_k_pieces(t, tasks, nk, ctas) > 1) {
+            if (stream_k_pieces(t, first, tasks, nk, ctas) > 1) {
               const int slot = stream_k_slot(c, t == b / nk);  // as the parking CTA computes it
               ASSERT_TRUE(slot >= 0 && slot < 2 * ctas && parked[slot] < 0) << slot;
               parked[slot] = t * nk + k0;  // the piece's first step
@@ -185,7 +186,7 @@ TEST(MoeHeuristics, StreamKRangesCoverEveryStepOnce) {
         }
         for (int st = 0; st < steps; ++st) ASSERT_EQ(cover[st], 1) << "step " << st;
         for (int t = 0; t < tasks; ++t) {
-          const int n = stream_k_pieces(t, tasks, nk, ctas);
+          const int n = stream_k_pieces(t, stream_k_cta_of_step(t * nk, tasks, nk, ctas), tasks, nk, ctas);
           ASSERT_TRUE(n == 1 || n == 2) << "task " << t;  // every range holds at least nk steps
           int next = t * nk;  // pieces in K order, contiguous
           for (int p = 0; n > 1 && p < n; ++p) {

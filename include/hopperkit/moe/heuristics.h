@@ -238,9 +238,15 @@ HK_MOE_HD int stream_k_begin(int cta, int tasks, int k_steps, int ctas) {
 HK_MOE_HD int stream_k_cta_of_step(int step, int tasks, int k_steps, int ctas) {
   return static_cast<int>(static_cast<unsigned>((step + 1) * ctas - 1) / static_cast<unsigned>(tasks * k_steps));
 }
-HK_MOE_HD int stream_k_pieces(int task, int tasks, int k_steps, int ctas) {
-  return stream_k_cta_of_step(task * k_steps + k_steps - 1, tasks, k_steps, ctas) -
-         stream_k_cta_of_step(task * k_steps, tasks, k_steps, ctas) + 1;
+// the K steps [kb0, kb1) of `task` inside the range [begin, end) of a CTA that holds part of it
+HK_MOE_HD void stream_k_task_steps(int task, int begin, int end, int k_steps, int& kb0, int& kb1) {
+  const int t0 = task * k_steps;
+  kb0 = begin > t0 ? begin - t0 : 0;
+  kb1 = end - t0 < k_steps ? end - t0 : k_steps;
+}
+// how many CTAs share `task`, the first of them being `first_cta` (= stream_k_cta_of_step(task * k_steps))
+HK_MOE_HD int stream_k_pieces(int task, int first_cta, int tasks, int k_steps, int ctas) {
+  return stream_k_cta_of_step(task * k_steps + k_steps - 1, tasks, k_steps, ctas) - first_cta + 1;
 }
 // Workspace slots of the partials: CTA c parks its first task's at 2c and its last task's at 2c + 1. For the CTA
 // that merges `task` (first piece at CTA `first_cta`, whose range begins at step `first_begin`): piece p > 0 is
