@@ -111,10 +111,13 @@ def measure_read_kinds_TBps(gib: float = 2.0, replays: int = 20,
     return out
 
 
-def read_kernel_us(nbytes: int, n_sets: int = 1, replays: int = 20, warmup: int = 3, kind: str = "rows") -> float:
+def read_kernel_us(nbytes: int | Sequence[int], n_sets: int = 1, replays: int = 20, warmup: int = 3,
+                   kind: str = "rows") -> float:
     """Median microseconds per call of a read kernel over nbytes (rounded up to whole rows), rotating over
     n_sets buffers in one CUDA graph as the benchmarks rotate their inputs: a memory-bound kernel reading that
-    many bytes, ramp and tail included (the floor, bytes / read bandwidth, leaves those out).
+    many bytes, ramp and tail included (the floor, bytes / read bandwidth, leaves those out). nbytes may be a
+    sequence: a call is then one read kernel per entry, back to back (e.g. an op that streams two weight sets
+    in two launches), each on its own buffer.
       kind "rows": a row-wise bf16 sum, x.view(-1, row).sum(1) with row = read_row_elems(): one kernel, no
                    cross-block reduction, rows short enough to give every SM work, so it stands for a plain
                    streaming read;
@@ -123,13 +126,22 @@ def read_kernel_us(nbytes: int, n_sets: int = 1, replays: int = 20, warmup: int 
                    final-block reduction, so it overstates a pure read by some microseconds."""
     if kind not in ("rows", "sum"):
         raise ValueError(f"read_kernel_us: kind must be 'rows' or 'sum', got {kind!r}")
-    row = read_row_elems(max(1, nbytes // 2), torch.cuda.get_device_properties(0).multi_processor_count)
-    n = max(1, -(-nbytes // (2 * row))) * row
-    bufs = [torch.randn(n, dtype=torch.bfloat16, device="cuda") for _ in range(max(1, n_sets))]
-    if kind == "rows":
-        fns = [lambda b=b: b.view(-1, row).sum(1) for b in bufs]
-    else:
-        fns = [lambda b=b: b.sum() for b in bufs]
+    parts = [int(b) for b in nbytes] if isinstance(nbytes, (list, tuple)) else [int(nbytes)]
+    if not parts or min(parts) <= 0:
+        raise ValueError(f"read_kernel_us: nbytes must be positive byte counts, got {nbytes!r}")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = []                                    # per part: (elements, row)
+    for b in parts:
+        row = read_row_elems(max(1, b // 2), sms)
+        shapes.append((max(1, -(-b // (2 * row))) * row, row))
+    sets = [[torch.randn(n, dtype=torch.bfloat16, device="cuda") for n, _ in shapes] for _ in range(max(1, n_sets))]
+
+    def call(bufs):
+        if kind == "rows":
+            return [b.view(-1, row).sum(1) for b, (_, row) in zip(bufs, shapes)]
+        return [b.sum() for b in bufs]
+
+    fns = [lambda bufs=bufs: call(bufs) for bufs in sets]
     for fn in fns:
         fn()
     return time_graph(fns, replays=replays, warmup=warmup)

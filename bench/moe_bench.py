@@ -64,6 +64,7 @@ TOL = 3e-2                        # relative Frobenius error above this marks a 
 BLOCK = tg.BLOCK
 WEIGHT_STD = 0.02
 ROTATE_BUDGET = 40 * 2**30        # weight + hidden copies of one case stay under this many bytes
+READ_MAX_BS = 256                 # same-bytes plain reads (the read columns) for batches up to this (the decode target)
 BUDGET_DEFAULT_S = 240.0
 SEED = 1234
 DEVICE = "cuda"
@@ -150,8 +151,16 @@ def expert_bytes(shape: Shape, scaling: str) -> int:
     return 3 * i * h + 4 * scales
 
 
+def stage_bytes(shape: Shape, scaling: str, bs: int, touched: int) -> tuple[int, int]:
+    """(gate-up, down) bytes of the memory floor: the touched experts' w13 + its scales and the hidden rows in
+    (bf16); their w2 + its scales and the output rows (bf16). The two weight streams hopperkit launches apart."""
+    i, h = shape.inter, shape.hidden
+    s13, s2 = (1, 1) if scaling == "per_tensor" else ((2 * i // BLOCK) * (h // BLOCK), (h // BLOCK) * (i // BLOCK))
+    return touched * (2 * i * h + 4 * s13) + bs * h * 2, touched * (h * i + 4 * s2) + bs * h * 2
+
+
 def floors(shape: Shape, scaling: str, bs: int, rows: int, touched: int, ceilings: dict) -> dict:
-    nbytes = touched * expert_bytes(shape, scaling) + 2 * bs * shape.hidden * 2
+    nbytes = sum(stage_bytes(shape, scaling, bs, touched))
     flops = 2 * rows * 3 * shape.inter * shape.hidden
     mem_us = nbytes / (ceilings["read_TBps"] * 1e6)
     flop_us = flops / (ceilings["fp8_dense_TFLOPs"] * 1e6)
@@ -371,6 +380,8 @@ def report(rows, impls) -> str:
     headers = ["model", "mode", "scaling", "bs", "rows", "exp", "floor", "bound"]
     headers += [h for i in impls for h in (SHORT[i], f"{SHORT[i]}/fl")] + [f"{SHORT[p]}/hk" for p in peers]
     headers += ["hk err"] if "hopperkit" in impls else []
+    reads = any(r.get("same_bytes_read_us") for r in rows)
+    headers += ["read1", "read2", "hk/read2"] if reads else []
     table = []
     for key in dict.fromkeys(_case_key(r) for r in rows):
         by = {r["impl"]: r for r in rows if _case_key(r) == key}
@@ -387,13 +398,18 @@ def report(rows, impls) -> str:
         if "hopperkit" in impls:
             h = by.get("hopperkit", {})
             line.append(fmt(h.get("rel_err_vs_torch", h.get("rel_err_vs_ref")), ".1e"))
+        if reads:
+            r1, r2 = any_row.get("same_bytes_read_us"), any_row.get("two_launch_read_us")
+            line += [fmt(r1, ".1f"), fmt(r2, ".1f"), fmt(hk / r2 if hk and r2 else None, ".2f")]
         table.append(line)
     legend = ", ".join(f"{v} = {k}" for k, v in SHORT.items() if k in impls)
     text = [common.format_table(headers, table),
             f"us per call; floor = max(memory, compute) floor, bound = the binding one; rows = routed local rows, "
             f"exp = local experts hit; /fl = time / floor; x/hk = x's time / hopperkit's; {legend}; hk err = "
             f"hopperkit's rel_err vs torch_grouped (vs the float32 reference where torch_grouped has none); "
-            f"'!' = wrong output (over {TOL})"]
+            f"'!' = wrong output (over {TOL})"
+            + ("; read1 / read2 = a plain read of the floor's bytes in one launch / in two (the gate-up's bytes, "
+               "then the down's), same rotation, CUDA graph" if reads else "")]
     reasons = sorted({f"{r['impl']} {r['scaling']}: {r['skip_reason']}" for r in rows if r.get("skip_reason")})
     return "\n".join(text + (["", "skipped / failed:"] + [f"  {x}" for x in reasons] if reasons else []))
 
@@ -420,6 +436,28 @@ def sweep_summary(rows) -> list[dict]:
                     "hopperkit_us_over_floor_geomean": geomean(h["us"] / h["floor_us"] for h in hk_rows),
                     "hopperkit_all_ok": all(h.get("ok") is True for h in hk_rows) if hk_rows else None})
     return out
+
+
+def target_counts(rows) -> dict:
+    """Batch <= READ_MAX_BS (issue 4's memory target, 1.25 x the floor): of the cases with a hopperkit time, how
+    many meet it, and how many a plain read of the same bytes meets in one launch and in two (where measured)."""
+    hk = [r for r in rows if r["impl"] == "hopperkit" and r["bs"] <= READ_MAX_BS and r.get("us") and r.get("floor_us")]
+    line = lambda key: [r for r in hk if r.get(key)]  # noqa: E731
+    within = lambda rs, key: sum(r[key] <= 1.25 * r["floor_us"] for r in rs)  # noqa: E731
+    one, two = line("same_bytes_read_us"), line("two_launch_read_us")
+    return {"max_bs": READ_MAX_BS, "cases": len(hk), "hopperkit_within": within(hk, "us"),
+            "read_cases": len(one), "one_launch_read_within": within(one, "same_bytes_read_us"),
+            "two_launch_read_within": within(two, "two_launch_read_us"),
+            "hopperkit_within_where_read": within(one, "us")}
+
+
+def target_text(t: dict) -> str:
+    text = (f"batch <= {t['max_bs']}: hopperkit within 1.25 x the floor at {t['hopperkit_within']} of {t['cases']}")
+    if t["read_cases"]:
+        text += (f"; where the plain reads ran ({t['read_cases']}): hopperkit {t['hopperkit_within_where_read']}, "
+                 f"a read of the same bytes in one launch {t['one_launch_read_within']}, in two launches "
+                 f"{t['two_launch_read_within']}")
+    return text
 
 
 def summary_text(summ) -> str:
@@ -582,6 +620,24 @@ def dry_run(args, anchors_path: Path, sweeps) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- run
+def same_bytes_reads(case_rows, shape: Shape, scaling: str, bs: int, touched: int, n: int, replays: int, warmup: int,
+                     prog) -> None:
+    """What a plain streaming read of the floor's bytes costs in a CUDA graph, with the case's rotation: one
+    launch over all of them (same_bytes_read_us) and two launches, the gate-up's bytes then the down's
+    (two_launch_read_us: the weight streams hopperkit runs as two GEMM kernels). Recorded on every row of the
+    case; a failure is reported and leaves the fields out."""
+    gate, down = stage_bytes(shape, scaling, bs, touched)
+    out = {}
+    for key, nbytes in (("same_bytes_read_us", gate + down), ("two_launch_read_us", [gate, down])):
+        try:
+            out[key] = round(common.read_kernel_us(nbytes, n, replays, warmup), 3)
+        except Exception as e:  # noqa: BLE001
+            prog.write(f"{shape.model} {shape.mode} {scaling} bs={bs}: {key} failed: {decode_bench._error(e)}")
+        common.free_cuda()
+    for r in case_rows:
+        r.update(out)
+
+
 def run_sweeps(args, sweeps, ceilings, prog, rows, flush, replays, warmup, t0) -> None:
     order = [i for i in RUN_ORDER if i in args.impls]
     for shape, scaling, bss in sweeps:
@@ -620,6 +676,9 @@ def run_sweeps(args, sweeps, ceilings, prog, rows, flush, replays, warmup, t0) -
                 common.free_cuda()
             del case, torch_out
             common.free_cuda()
+            if args.reads and bs <= READ_MAX_BS and "n_rotate" in base:
+                same_bytes_reads(rows[-len(order):], shape, scaling, bs, touched, base["n_rotate"], replays, warmup,
+                                 prog)
             flush()
         del sweep
         common.free_cuda()
@@ -641,6 +700,8 @@ def parse_args(argv=None):
     ap.add_argument("--max-seconds", type=float, default=BUDGET_DEFAULT_S,
                     help="no new case starts past this many seconds; the rest are recorded as skipped")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: list the work and self-check the torch peer")
+    ap.add_argument("--no-reads", dest="reads", action="store_false",
+                    help=f"skip the same-bytes plain reads (one and two launches) at batch <= {READ_MAX_BS}")
     args = ap.parse_args(argv)
     args.anchors_path = find_anchors(args.anchors)
     anchors = json.loads(args.anchors_path.read_text())
@@ -689,10 +750,12 @@ def main(argv=None) -> int:
     prog.close()
     result["complete"] = True
     result["summary"] = sweep_summary(rows)
+    result["targets"] = target_counts(rows)
     result["elapsed_s"] = round(time.monotonic() - t0, 1)
     print(report(rows, args.impls))
     print()
     print(summary_text(result["summary"]))
+    print(target_text(result["targets"]))
     out = common.write_json(args.out, result)
     print(counts(rows) + f"; {result['elapsed_s']} s; wrote {out}")
     return 0

@@ -126,3 +126,33 @@ def test_read_row_length_gives_every_sm_rows():
     for n in (2_200_000, 8_400_000, 67_000_000):
         row = common.read_row_elems(n, 132)
         assert row == 256 or n // row >= 64 * 132
+
+
+def test_moe_stage_bytes_and_read_target_counts():
+    """The MoE floor's bytes split into the gate-up's and the down's streams (their sum is the floor's bytes, for
+    both scalings); the target count compares each case with 1.25 x its floor and the report shows the reads."""
+    from bench import moe_bench as mb
+    shape = mb.Shape(model="m", mode="tp8_ep1", experts=8, e_local=8, top_k=2, hidden=512, inter=256)
+    for scaling in ("per_tensor", "block"):
+        gate, down = mb.stage_bytes(shape, scaling, bs=4, touched=3)
+        assert gate + down == 3 * mb.expert_bytes(shape, scaling) + 2 * 4 * 512 * 2
+        assert gate > down  # w13 holds two weight rows per intermediate column, w2 one
+    fl = mb.floors(shape, "block", 4, 8, 3, {"read_TBps": 4.0, "fp8_dense_TFLOPs": 1000.0})
+    assert fl["bytes"] == sum(mb.stage_bytes(shape, "block", 4, 3))
+
+    def row(bs, us, floor, r1=None, r2=None, impl="hopperkit"):
+        r = {"model": "m", "mode": "tp8_ep1", "scaling": "block", "bs": bs, "impl": impl, "us": us,
+             "floor_us": floor, "ok": True}
+        if r1 is not None:
+            r.update(same_bytes_read_us=r1, two_launch_read_us=r2)
+        return r
+    rows = [row(4, 12.0, 10.0, 11.0, 14.0), row(8, 13.0, 10.0, 13.0, 15.0), row(16, 20.0, 10.0),
+            row(4096, 10.0, 10.0), row(4, 1.0, 10.0, impl="torch_grouped")]
+    t = mb.target_counts(rows)
+    assert t["cases"] == 3 and t["hopperkit_within"] == 1             # bs 4096 and the peer's row do not count
+    assert t["read_cases"] == 2 and t["one_launch_read_within"] == 1 and t["two_launch_read_within"] == 0
+    assert t["hopperkit_within_where_read"] == 1
+    assert "in two launches 0" in mb.target_text(t)
+    text = mb.report(rows, ["hopperkit", "torch_grouped"])
+    bs4 = next(line.split() for line in text.splitlines() if line.split()[:4] == ["m", "tp8_ep1", "block", "4"])
+    assert bs4[-3:] == ["11.0", "14.0", "0.86"]                        # read1, read2, hopperkit / read2
