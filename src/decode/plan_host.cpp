@@ -149,6 +149,19 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       if (!crowded) break;
       C = next;
     }
+    // aligned budgets, as the device planner: the first k whose (C - k)-CTA plan no pair straddles
+    const int na = dynamic_align_candidates(C, T, config.align_window_div);
+    if (na > 1) {
+      const FastDiv div_t = make_fast_div(static_cast<uint32_t>(T));
+      for (int k = 0; k < na; ++k) {
+        bool straddled = false;
+        for (int p = 0; p < P && !straddled; ++p) straddled = dynamic_pair_straddles(prefix.data(), p, C - k, div_t);
+        if (!straddled) {
+          C -= k;
+          break;
+        }
+      }
+    }
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);
       v.cta_tile_start[i] = static_cast<int32_t>(b);

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import itertools
 import random
 import zlib
 
@@ -96,7 +97,10 @@ def test_fp8_static_mode():
 
 def test_plan_matches_cpu_twin():
     rng = random.Random(11)
-    for it in range(40):
+    # besides random batches, the decode scenarios' uniform ones, whose plans take aligned budgets (fewer CTAs
+    # than the cap, each starting a pair: heuristics.h, dynamic_align_candidates)
+    aligned = [[4096] * 64, [65536] + [4096] * 15, [131072] + [4096] * 31, [65536] + [4096] * 7, [4096] * 256]
+    for it in range(40 + len(aligned)):
         B = rng.choice([1, 3, 17, 128, 256, 1024])
         H = rng.choice([1, 2, 8])
         bs = rng.choice([16, 32, 64, 128])
@@ -105,11 +109,15 @@ def test_plan_matches_cpu_twin():
             lens[0] = 262144
         if it % 11 == 0:
             lens[-1] = -5  # untrusted: clamped and flagged
+        if it >= 40:
+            lens, H = aligned[it - 40], 1
+            B = len(lens)
         max_blocks = (max(max(lens), 1) + bs - 1) // bs
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
-        for mode in ("dynamic", "static"):
-            # every third batch with FP8 KV: its own minimum tiles per CTA (kMinTilesPerCtaFp8)
-            kv = torch.float8_e4m3fn if it % 3 == 1 else torch.bfloat16
+        # every third batch with FP8 KV (its own minimum tiles per CTA, kMinTilesPerCtaFp8); the uniform ones both
+        kvs = [torch.float8_e4m3fn, torch.bfloat16] if it >= 40 else [
+            torch.float8_e4m3fn if it % 3 == 1 else torch.bfloat16]
+        for mode, kv in itertools.product(("dynamic", "static"), kvs):
             plan = hopperkit.DecodePlan(B, 8 * H, H, mode=mode, kv_dtype=kv)
             plan.update(seq, block_size=bs, max_blocks_per_seq=max_blocks, max_seq_len=max(max(lens), 0))
             dev = {k: v.cpu() for k, v in plan.arrays().items()}

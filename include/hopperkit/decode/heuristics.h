@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "hopperkit/fast_div.h"
+
 #if defined(__CUDACC__)
 #define HK_HD __host__ __device__ __forceinline__
 #else
@@ -163,6 +165,45 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
   if (L <= 0 || p < 0 || p + L >= P) return false;  // no overflow: L <= kMaxChunksLimit, p < P (checked by decode_plan)
   const int64_t last = static_cast<int64_t>(prefix[p + 1]) - 1, far = prefix[p + L];
   return last >= 0 && far < T && dynamic_cta_of_tile(last, T, C) == dynamic_cta_of_tile(far, T, C);
+}
+
+// Dynamic mode, aligned budgets: where some CTA count a little below the chosen one C makes every non-empty
+// pair start where a CTA starts, the plan takes the largest such count (C - k, k <= C / div): each CTA then
+// walks one chunk, and a pair splits into as many pieces as its tiles span budgets, instead of most CTAs walking
+// the end of one pair and the start of the next (two chunk epilogues, one more piece per pair to merge). Budgets
+// stay equal within one tile. It fires on batches whose pair lengths the budget can divide (uniform lengths,
+// or a long request beside uniform ones); with many short or ragged pairs no count aligns and C stays.
+// Measured on an H200 (session 30 call 2, FP8, the minimum tiles per CTA forced so that C happened to align):
+// uniform_4096 (64 x 64 tiles) on 256 CTAs of 16 tiles instead of 264 of 15.5: 27.85 -> 25.24 us (0.906x);
+// one_64k_15x4k (1024 + 15 x 64 tiles) on 248 CTAs of 8 instead of 264 of 7.5: 22.00 -> 19.42 us (0.883x);
+// one_128k_31x4k on 252 of 16: 0.966x. Counts far below the cap lose the tiles' parallelism (two_32k_30x4k
+// on 184 CTAs: 1.051x), hence the window of 1/16 of C. (DecodePlanConfig::align_window_div carries the divisor,
+// 0 = off, so that a profiling switch can change it for the planner and its twin alike.)
+constexpr int kAlignWindowDiv = 16;
+constexpr int kAlignMaxCandidates = 32;
+constexpr int kMaxAlignWindowDiv = 1 << 16;  // the largest divisor a plan config accepts  // candidates k = 0..31 at most: one bit each in the device planner
+
+// The aligned-budget candidates after C: k = 0..n-1 (C - k CTAs); 0 where the rule is off (div <= 0), C < 2,
+// or T * (C + 1) does not fit the 31-bit arithmetic of dynamic_tile_begins_cta.
+HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
+  if (div <= 0 || C < 2 || T <= 0 || T * (static_cast<int64_t>(C) + 1) >= (int64_t{1} << 31)) return 0;
+  const int w = C / div + 1;
+  return w < kAlignMaxCandidates ? w : kAlignMaxCandidates;
+}
+
+// Whether linear tile x (0 <= x < T) is the first tile of a CTA of a C-CTA plan (x == dynamic_cta_begin(i) for
+// some i): the smallest i with i T >= x C begins at x exactly when i T < (x + 1) C. `t` divides by T; needs
+// T * (C + 1) < 2^31 (dynamic_align_candidates).
+HK_HD bool dynamic_tile_begins_cta(uint32_t x, uint32_t C, const FastDiv& t) {
+  const uint32_t q = x * C;
+  const uint32_t i = fast_div(q + t.d - 1u, t);  // ceil(q / T)
+  return i * t.d < q + C;
+}
+
+// Pair p keeps C CTAs from being aligned: it has tiles, and its first tile (past tile 0) starts no CTA.
+HK_HD bool dynamic_pair_straddles(const int* prefix, int p, int C, const FastDiv& t) {
+  const int s = prefix[p];
+  return s > 0 && prefix[p + 1] > s && !dynamic_tile_begins_cta(static_cast<uint32_t>(s), static_cast<uint32_t>(C), t);
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
