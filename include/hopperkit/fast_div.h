@@ -20,8 +20,8 @@ struct FastDiv {
   uint32_t d = 1;
 };
 
-// d in [1, 2^31) (host or device: the device planner divides by a tile count it computes)
-HK_FD_HD FastDiv make_fast_div(uint32_t d) {
+// d in [1, 2^31)
+inline FastDiv make_fast_div(uint32_t d) {
   FastDiv f;
   f.d = d;
   uint32_t l = 0;

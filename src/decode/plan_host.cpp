@@ -152,11 +152,10 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
     // aligned budgets, as the device planner: the first k whose (C - k)-CTA plan no pair straddles
     const int na = dynamic_align_candidates(C, T, config.align_window_div);
     if (na > 1) {
-      const FastDiv div_t = make_fast_div(static_cast<uint32_t>(T));
+      uint32_t straddled = 0;
+      for (int p = 0; p < P; ++p) straddled |= dynamic_pair_straddle_mask(prefix.data(), p, T, C, na);
       for (int k = 0; k < na; ++k) {
-        bool straddled = false;
-        for (int p = 0; p < P && !straddled; ++p) straddled = dynamic_pair_straddles(prefix.data(), p, C - k, div_t);
-        if (!straddled) {
+        if (!(straddled >> k & 1u)) {
           C -= k;
           break;
         }

@@ -93,22 +93,15 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
       }
     }
     // Aligned budgets (dynamic_align_candidates): the largest of C, C - 1, ... at which every non-empty pair
-    // starts a CTA, one thread per pair testing every candidate at once (a fast division by T: no divide per
-    // test), then one barrier.
+    // starts a CTA; one thread per pair tests every candidate (dynamic_pair_straddle_mask), then one barrier.
     const int na = dynamic_align_candidates(C, T, a.align_window_div);
     if (na > 1) {
-      const FastDiv div_t = make_fast_div(static_cast<uint32_t>(T));
-      unsigned straddled = 0;  // bit k: some pair straddles a CTA of the (C - k)-CTA plan
-      for (int p = tid; p < P; p += kPlanThreads) {
-        for (int k = 0; k < na; ++k) {
-          if (dynamic_pair_straddles(s_prefix, p, C - k, div_t)) straddled |= 1u << k;
-        }
-      }
+      unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
+      for (int p = tid; p < P; p += kPlanThreads) straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, na);
       straddled = __reduce_or_sync(0xffffffffu, straddled);
       if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
       __syncthreads();
-      straddled = s_straddled;
-      const unsigned aligned = ~straddled & (na < 32 ? (1u << na) - 1u : 0xffffffffu);
+      const unsigned aligned = ~s_straddled & (na < 32 ? (1u << na) - 1u : 0xffffffffu);
       if (aligned != 0) C -= __ffs(static_cast<int>(aligned)) - 1;  // the lowest k: the most CTAs
     }
     for (int i = tid; i < C; i += kPlanThreads) {

@@ -384,8 +384,8 @@ TEST(PlannerTwin, AlignedBudgets) {
       {with_long(65536, 1, 15), F8, 0, 248, 264},          // one_64k_15x4k: 1984 tiles, budgets of 8
       {with_long(65536, 1, 7), F8, 0, 253, 264},           // one_64k_7x4k: 1472 tiles = 253 x 64 / 11
       {with_long(131072, 1, 31), F8, 0, 252, 264},         // one_128k_31x4k: 4032 tiles, budgets of 16
-      {with_long(32768, 2, 30), F8, 0, 264, 264},          // two_32k_30x4k: 46 x 64 tiles, 230 CTAs is out of reach
-      {with_long(65536, 1, 31), F8, 0, 264, 264},          // one_64k_31x4k: 47 x 64 tiles
+      {with_long(32768, 2, 30), F8, 0, 264, 264},          // two_32k_30x4k: 46 x 64 tiles; 230 is past the window
+      {with_long(65536, 1, 31), F8, 0, 235, 264},          // one_64k_31x4k: 3008 = 47 x 64 tiles, budgets of 64 / 5
       {std::vector<int32_t>(64, 4096), B16, 132, 128, 132},  // BF16 under the long-pair cap
       {with_long(131072, 1, 31), B16, 132, 126, 132},
       {with_long(65536, 1, 15), B16, 132, 124, 132},
@@ -415,26 +415,35 @@ TEST(PlannerTwin, AlignedBudgets) {
   EXPECT_EQ(plan_of(ragged, F8, 264, 0, kAlignWindowDiv).v.header[kHdrNumCtas], 264);
 }
 
-TEST(PlannerTwin, TileBeginsCtaMatchesTheCtaStarts) {
-  // dynamic_tile_begins_cta (one fast division) against the set of dynamic_cta_begin values
+TEST(PlannerTwin, StraddleMaskMatchesTheCtaStarts) {
+  // dynamic_pair_straddle_mask (one division per pair, the candidates by subtraction) against the set of
+  // dynamic_cta_begin values of each candidate count
   std::mt19937 rng(99);
   for (int iter = 0; iter < 3000; ++iter) {
-    const int64_t T = 1 + rng() % (iter % 3 == 0 ? 100 : 200000);
-    const int C = 2 + static_cast<int>(rng() % 2000);
-    if (dynamic_align_candidates(C, T, 1) == 0) continue;
-    const FastDiv t = make_fast_div(static_cast<uint32_t>(T));
-    std::set<int64_t> starts;
-    for (int i = 0; i < C; ++i) starts.insert(dynamic_cta_begin(i, T, C));
-    for (int j = 0; j < 64; ++j) {
-      const int64_t x = j < 8 ? std::min<int64_t>(j, T - 1) : static_cast<int64_t>(rng() % T);
-      ASSERT_EQ(dynamic_tile_begins_cta(static_cast<uint32_t>(x), static_cast<uint32_t>(C), t), starts.count(x) == 1)
-          << "T " << T << " C " << C << " x " << x;
+    const int64_t T = 2 + rng() % (iter % 3 == 0 ? 100 : 200000);
+    const int C = 2 + static_cast<int>(rng() % std::min<int64_t>(T - 1, 2000));
+    const int n = dynamic_align_candidates(C, T, 1 + static_cast<int>(rng() % 16));
+    if (n == 0) continue;
+    std::vector<std::set<int64_t>> starts(n);
+    for (int k = 0; k < n; ++k) {
+      for (int i = 0; i < C - k; ++i) starts[k].insert(dynamic_cta_begin(i, T, C - k));
+    }
+    for (int j = 0; j < 32; ++j) {
+      const int s = j < 4 ? std::min<int>(j, static_cast<int>(T) - 1) : static_cast<int>(rng() % T);
+      const int len = j % 5 == 4 ? 0 : 1;  // an empty pair never straddles
+      const int prefix[2] = {s, s + len};
+      const uint32_t mask = dynamic_pair_straddle_mask(prefix, 0, T, C, n);
+      for (int k = 0; k < n; ++k) {
+        const bool want = s > 0 && len > 0 && starts[k].count(s) == 0;
+        ASSERT_EQ((mask >> k & 1u) != 0, want) << "T " << T << " C " << C << " k " << k << " s " << s;
+      }
+      if (n < 32) ASSERT_EQ(mask >> n, 0u);
     }
   }
-  EXPECT_EQ(dynamic_align_candidates(264, 4096, kAlignWindowDiv), 17);
-  EXPECT_EQ(dynamic_align_candidates(132, 4096, kAlignWindowDiv), 9);
+  EXPECT_EQ(dynamic_align_candidates(264, 4096, 16), 17);
+  EXPECT_EQ(dynamic_align_candidates(264, 4096, kAlignWindowDiv), 32);  // 34, capped at the mask's bits
+  EXPECT_EQ(dynamic_align_candidates(132, 4096, kAlignWindowDiv), 17);
   EXPECT_EQ(dynamic_align_candidates(264, 4096, 0), 0);
   EXPECT_EQ(dynamic_align_candidates(1, 4096, kAlignWindowDiv), 0);
-  EXPECT_EQ(dynamic_align_candidates(2048, 4096, 1), kAlignMaxCandidates);
   EXPECT_EQ(dynamic_align_candidates(264, int64_t{1} << 23, kAlignWindowDiv), 0);  // T (C + 1) past 2^31
 }

@@ -147,7 +147,14 @@ def test_long_pairs_plan_one_cta_per_sm():
         hdr = plan.arrays()["header"].cpu()
         C = int(hdr[0])
         want = sms if expect == "sms" else plan.sm_ctas
-        assert C == want, (kv, len(lens), C, want, plan.sm_ctas)
+        # aligned budgets (heuristics.h, dynamic_align_candidates: window C / 8) may take fewer CTAs, each of
+        # which then starts a pair (the long batch here: 4032 tiles, 126 CTAs of 32 or 252 of 16)
+        assert want - want // 8 <= C <= want, (kv, len(lens), C, want, plan.sm_ctas)
+        if C < want:
+            arr = plan.arrays()
+            starts = set(arr["cta_tile_start"][:C].tolist())
+            pts = arr["pair_tile_start"].tolist()
+            assert all(pts[p] in starts for p in range(len(lens)) if pts[p + 1] > pts[p]), (kv, C)
         by_sm = kv == BF16 and expect == "sms" and C < plan.sm_ctas
         assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
 

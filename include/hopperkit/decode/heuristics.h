@@ -4,8 +4,6 @@
 
 #include <cstdint>
 
-#include "hopperkit/fast_div.h"
-
 #if defined(__CUDACC__)
 #define HK_HD __host__ __device__ __forceinline__
 #else
@@ -173,37 +171,45 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // the end of one pair and the start of the next (two chunk epilogues, one more piece per pair to merge). Budgets
 // stay equal within one tile. It fires on batches whose pair lengths the budget can divide (uniform lengths,
 // or a long request beside uniform ones); with many short or ragged pairs no count aligns and C stays.
-// Measured on an H200 (session 30 call 2, FP8, the minimum tiles per CTA forced so that C happened to align):
-// uniform_4096 (64 x 64 tiles) on 256 CTAs of 16 tiles instead of 264 of 15.5: 27.85 -> 25.24 us (0.906x);
-// one_64k_15x4k (1024 + 15 x 64 tiles) on 248 CTAs of 8 instead of 264 of 7.5: 22.00 -> 19.42 us (0.883x);
-// one_128k_31x4k on 252 of 16: 0.966x. Counts far below the cap lose the tiles' parallelism (two_32k_30x4k
-// on 184 CTAs: 1.051x), hence the window of 1/16 of C. (DecodePlanConfig::align_window_div carries the divisor,
-// 0 = off, so that a profiling switch can change it for the planner and its twin alike.)
-constexpr int kAlignWindowDiv = 16;
+// Measured on an H200 (session 30; call 2: the minimum tiles per CTA forced so that C happened to align; call 3:
+// the rule, window C / 16, same-build A/B against it switched off): FP8 uniform_4096 (64 x 64 tiles, 256 CTAs of
+// 16 instead of 264 of 15.5) 27.96 -> 25.09 us (0.897x), one_64k_15x4k (1024 + 15 x 64 tiles, 248 of 8) 22.07 ->
+// 19.39 (0.879x), one_128k_31x4k 0.968x, one_64k_7x4k 0.987x; BF16 under the long-pair cap (132 -> 128 / 124 /
+// 126) uniform_4096 0.981x, one_64k_15x4k 0.982x, one_128k_31x4k 1.00x; every other point 0.997-1.005x. A
+// window of C / 8 also aligned one_64k_31x4k FP8 (235 of 264 CTAs: 0.978x) and changed nothing else; counts far
+// below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs: 1.051x, call 2), hence a window.
+// (DecodePlanConfig::align_window_div carries the divisor, 0 = off, so that a profiling switch can change it for
+// the planner and its twin alike.)
+constexpr int kAlignWindowDiv = 8;
 constexpr int kAlignMaxCandidates = 32;
 constexpr int kMaxAlignWindowDiv = 1 << 16;  // the largest divisor a plan config accepts  // candidates k = 0..31 at most: one bit each in the device planner
 
 // The aligned-budget candidates after C: k = 0..n-1 (C - k CTAs); 0 where the rule is off (div <= 0), C < 2,
-// or T * (C + 1) does not fit the 31-bit arithmetic of dynamic_tile_begins_cta.
+// or T * (C + 1) does not fit the 31-bit arithmetic of dynamic_pair_straddle_mask.
 HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
   if (div <= 0 || C < 2 || T <= 0 || T * (static_cast<int64_t>(C) + 1) >= (int64_t{1} << 31)) return 0;
-  const int w = C / div + 1;
+  int w = C / div + 1;  // C - k >= 1 CTAs
+  if (w > C) w = C;
   return w < kAlignMaxCandidates ? w : kAlignMaxCandidates;
 }
 
-// Whether linear tile x (0 <= x < T) is the first tile of a CTA of a C-CTA plan (x == dynamic_cta_begin(i) for
-// some i): the smallest i with i T >= x C begins at x exactly when i T < (x + 1) C. `t` divides by T; needs
-// T * (C + 1) < 2^31 (dynamic_align_candidates).
-HK_HD bool dynamic_tile_begins_cta(uint32_t x, uint32_t C, const FastDiv& t) {
-  const uint32_t q = x * C;
-  const uint32_t i = fast_div(q + t.d - 1u, t);  // ceil(q / T)
-  return i * t.d < q + C;
-}
-
-// Pair p keeps C CTAs from being aligned: it has tiles, and its first tile (past tile 0) starts no CTA.
-HK_HD bool dynamic_pair_straddles(const int* prefix, int p, int C, const FastDiv& t) {
+// Aligned budgets seen from pair p: bit k (k < n) is set when the pair has tiles, does not start at tile 0, and
+// starts no CTA of the (C - k)-CTA plan. Tile s starts a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i)
+// exactly when r = s C' mod T is 0 or exceeds T - C' (the first multiple of T at or past s C' then lies below
+// (s + 1) C'); r for C - k follows from r for C - k + 1 by subtracting s modulo T, so one division serves every
+// candidate (the device planner runs this once per pair: a division per candidate cost ~2 us, session 30).
+// Needs C <= T (dynamic_num_ctas and dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
+HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int n) {
   const int s = prefix[p];
-  return s > 0 && prefix[p + 1] > s && !dynamic_tile_begins_cta(static_cast<uint32_t>(s), static_cast<uint32_t>(C), t);
+  if (s <= 0 || prefix[p + 1] <= s) return 0u;
+  const uint32_t t = static_cast<uint32_t>(T), us = static_cast<uint32_t>(s);
+  uint32_t r = us * static_cast<uint32_t>(C) % t;
+  uint32_t mask = 0u;
+  for (int k = 0; k < n; ++k) {
+    if (k > 0) r = r >= us ? r - us : r + (t - us);
+    if (r != 0u && r <= t - static_cast<uint32_t>(C - k)) mask |= 1u << k;
+  }
+  return mask;
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
