@@ -153,7 +153,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
     const int na = dynamic_align_candidates(C, T, config.align_window_div);
     if (na > 1) {
       uint32_t straddled = 0;
-      for (int p = 0; p < P; ++p) straddled |= dynamic_pair_straddle_mask(prefix.data(), p, T, C, na);
+      for (int p = 0; p < P; ++p) straddled |= dynamic_pair_straddle_mask(prefix.data(), p, T, C, 0, na);
       for (int k = 0; k < na; ++k) {
         if (!(straddled >> k & 1u)) {
           C -= k;

@@ -93,11 +93,16 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
       }
     }
     // Aligned budgets (dynamic_align_candidates): the largest of C, C - 1, ... at which every non-empty pair
-    // starts a CTA; one thread per pair tests every candidate (dynamic_pair_straddle_mask), then one barrier.
+    // starts a CTA; kAlignLanes threads per pair, each testing a run of the candidates
+    // (dynamic_pair_straddle_mask), then one barrier.
     const int na = dynamic_align_candidates(C, T, a.align_window_div);
     if (na > 1) {
       unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
-      for (int p = tid; p < P; p += kPlanThreads) straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, na);
+      int k0, k1;
+      dynamic_align_lane_range(na, tid % kAlignLanes, k0, k1);
+      for (int p = tid / kAlignLanes; p < P; p += kPlanThreads / kAlignLanes) {
+        straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, k0, k1);
+      }
       straddled = __reduce_or_sync(0xffffffffu, straddled);
       if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
       __syncthreads();

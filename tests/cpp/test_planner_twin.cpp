@@ -432,7 +432,16 @@ TEST(PlannerTwin, StraddleMaskMatchesTheCtaStarts) {
       const int s = j < 4 ? std::min<int>(j, static_cast<int>(T) - 1) : static_cast<int>(rng() % T);
       const int len = j % 5 == 4 ? 0 : 1;  // an empty pair never straddles
       const int prefix[2] = {s, s + len};
-      const uint32_t mask = dynamic_pair_straddle_mask(prefix, 0, T, C, n);
+      const uint32_t mask = dynamic_pair_straddle_mask(prefix, 0, T, C, 0, n);
+      // the device planner's split over kAlignLanes threads gives the same bits
+      uint32_t lanes = 0;
+      for (int j = 0; j < kAlignLanes; ++j) {
+        int k0, k1;
+        dynamic_align_lane_range(n, j, k0, k1);
+        ASSERT_LE(k0, k1);
+        lanes |= dynamic_pair_straddle_mask(prefix, 0, T, C, k0, k1);
+      }
+      ASSERT_EQ(lanes, mask);
       for (int k = 0; k < n; ++k) {
         const bool want = s > 0 && len > 0 && starts[k].count(s) == 0;
         ASSERT_EQ((mask >> k & 1u) != 0, want) << "T " << T << " C " << C << " k " << k << " s " << s;

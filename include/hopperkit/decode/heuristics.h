@@ -193,23 +193,32 @@ HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
   return w < kAlignMaxCandidates ? w : kAlignMaxCandidates;
 }
 
-// Aligned budgets seen from pair p: bit k (k < n) is set when the pair has tiles, does not start at tile 0, and
-// starts no CTA of the (C - k)-CTA plan. Tile s starts a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i)
-// exactly when r = s C' mod T is 0 or exceeds T - C' (the first multiple of T at or past s C' then lies below
-// (s + 1) C'); r for C - k follows from r for C - k + 1 by subtracting s modulo T, so one division serves every
-// candidate (the device planner runs this once per pair: a division per candidate cost ~2 us, session 30).
-// Needs C <= T (dynamic_num_ctas and dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
-HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int n) {
+// Aligned budgets seen from pair p, candidates k0 <= k < k1 (of the n = dynamic_align_candidates ones): bit k is
+// set when the pair has tiles, does not start at tile 0, and starts no CTA of the (C - k)-CTA plan. Tile s starts
+// a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i) exactly when r = s C' mod T is 0 or exceeds T - C' (the
+// first multiple of T at or past s C' then lies below (s + 1) C'); r for C - k follows from r for C - k + 1 by
+// subtracting s modulo T, so one division serves a run of candidates. The device planner gives each pair
+// kAlignLanes threads, each a run of candidates: one division per candidate (a fast division) cost the plan
+// kernel ~2 us, a run of all 32 on one thread ~1 us (session 30, calls 3-4). Needs C <= T (dynamic_num_ctas and
+// dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
+constexpr int kAlignLanes = 4;
+HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int k0, int k1) {
   const int s = prefix[p];
-  if (s <= 0 || prefix[p + 1] <= s) return 0u;
+  if (s <= 0 || prefix[p + 1] <= s || k0 >= k1) return 0u;
   const uint32_t t = static_cast<uint32_t>(T), us = static_cast<uint32_t>(s);
-  uint32_t r = us * static_cast<uint32_t>(C) % t;
+  uint32_t r = us * static_cast<uint32_t>(C - k0) % t;
   uint32_t mask = 0u;
-  for (int k = 0; k < n; ++k) {
-    if (k > 0) r = r >= us ? r - us : r + (t - us);
+  for (int k = k0; k < k1; ++k) {
+    if (k > k0) r = r >= us ? r - us : r + (t - us);
     if (r != 0u && r <= t - static_cast<uint32_t>(C - k)) mask |= 1u << k;
   }
   return mask;
+}
+// Candidates of lane j (0 <= j < kAlignLanes) of a pair's threads: [k0, k1) of the n candidates.
+HK_HD void dynamic_align_lane_range(int n, int j, int& k0, int& k1) {
+  const int per = (n + kAlignLanes - 1) / kAlignLanes;
+  k0 = j * per < n ? j * per : n;
+  k1 = k0 + per < n ? k0 + per : n;
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
