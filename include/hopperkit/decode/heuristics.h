@@ -197,11 +197,9 @@ HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
 // set when the pair has tiles, does not start at tile 0, and starts no CTA of the (C - k)-CTA plan. Tile s starts
 // a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i) exactly when r = s C' mod T is 0 or exceeds T - C' (the
 // first multiple of T at or past s C' then lies below (s + 1) C'); r for C - k follows from r for C - k + 1 by
-// subtracting s modulo T, so one division serves a run of candidates. The device planner gives each pair
-// kAlignLanes threads, each a run of candidates: one division per candidate (a fast division) cost the plan
-// kernel ~2 us, a run of all 32 on one thread ~1 us (session 30, calls 3-4). Needs C <= T (dynamic_num_ctas and
-// dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
-constexpr int kAlignLanes = 4;
+// subtracting s modulo T, so one division serves a run of candidates (the CPU twin tests them all in one run; the
+// device planner one candidate per call, after a probe has ruled most of them out). Needs C <= T
+// (dynamic_num_ctas and dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
 HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int k0, int k1) {
   const int s = prefix[p];
   if (s <= 0 || prefix[p + 1] <= s || k0 >= k1) return 0u;
@@ -213,12 +211,6 @@ HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, i
     if (r != 0u && r <= t - static_cast<uint32_t>(C - k)) mask |= 1u << k;
   }
   return mask;
-}
-// Candidates of lane j (0 <= j < kAlignLanes) of a pair's threads: [k0, k1) of the n candidates.
-HK_HD void dynamic_align_lane_range(int n, int j, int& k0, int& k1) {
-  const int per = (n + kAlignLanes - 1) / kAlignLanes;
-  k0 = j * per < n ? j * per : n;
-  k1 = k0 + per < n ? k0 + per : n;
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
