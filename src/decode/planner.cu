@@ -93,31 +93,21 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
       }
     }
     // Aligned budgets (dynamic_align_candidates): the largest of C, C - 1, ... at which every non-empty pair
-    // starts a CTA. A probe first, the same in every warp (no barrier): lane k tests candidate k on pair 1; the
-    // candidates it rules out need no test on the other pairs, and when it rules out all of them (most ragged
-    // batches) the pass ends there. Then one thread per pair tests the survivors (one division each), and one
-    // barrier. (Testing every candidate on every pair cost the plan kernel ~0.7-1.3 us, calls 4-5.)
+    // starts a CTA; kAlignLanes threads per pair, each testing a run of the candidates
+    // (dynamic_pair_straddle_mask), then one barrier.
     const int na = dynamic_align_candidates(C, T, a.align_window_div);
     if (na > 1) {
-      const int lane = tid & 31;
-      const bool probe_straddles =
-          P > 1 && lane < na && dynamic_pair_straddle_mask(s_prefix, 1, T, C, lane, lane + 1) != 0u;
-      const unsigned cand =
-          (na < 32 ? (1u << na) - 1u : 0xffffffffu) & ~__ballot_sync(0xffffffffu, probe_straddles);
-      if (cand != 0) {  // uniform: every warp probed the same pair
-        unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
-        for (int p = tid; p < P; p += kPlanThreads) {
-          for (unsigned c = cand; c != 0; c &= c - 1) {
-            const int k = __ffs(static_cast<int>(c)) - 1;
-            straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, k, k + 1);
-          }
-        }
-        straddled = __reduce_or_sync(0xffffffffu, straddled);
-        if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
-        __syncthreads();
-        const unsigned aligned = cand & ~s_straddled;
-        if (aligned != 0) C -= __ffs(static_cast<int>(aligned)) - 1;  // the lowest k: the most CTAs
+      unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
+      int k0, k1;
+      dynamic_align_lane_range(na, tid % kAlignLanes, k0, k1);
+      for (int p = tid / kAlignLanes; p < P; p += kPlanThreads / kAlignLanes) {
+        straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, k0, k1);
       }
+      straddled = __reduce_or_sync(0xffffffffu, straddled);
+      if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
+      __syncthreads();
+      const unsigned aligned = ~s_straddled & (na < 32 ? (1u << na) - 1u : 0xffffffffu);
+      if (aligned != 0) C -= __ffs(static_cast<int>(aligned)) - 1;  // the lowest k: the most CTAs
     }
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
@@ -218,9 +208,9 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   // for either KV dtype (kMinTilesPerCta, kMinTilesPerCtaFp8). Planner and CPU twin read it from the config.
   static const int min_tiles = env_int("HOPPERKIT_DECODE_MIN_TILES", 0, 1, kMaxMinTilesPerCta);
   if (min_tiles > 0) c.min_tiles_per_cta = min_tiles;
-  // Profiling aid (not for serving): HOPPERKIT_DECODE_ALIGN_DIV=n sets the aligned-budget window to C / n (0 = off;
-  // kAlignWindowDiv). Planner and CPU twin read it from the config.
-  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", kAlignWindowDiv, 0, kMaxAlignWindowDiv);
+  // HOPPERKIT_DECODE_ALIGN_DIV=n turns aligned budgets on with a window of C / n (kAlignWindowDiv = 8 measured;
+  // 0 = off, the default: heuristics.h says why). Planner and CPU twin read it from the config.
+  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", 0, 0, kMaxAlignWindowDiv);
   c.align_window_div = align_div;
   return c;
 }

@@ -188,12 +188,16 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
 std::vector<int32_t> random_lens(std::mt19937& rng, int batch, int max_len) {
   static const int specials[] = {0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097};
   std::vector<int32_t> lens(batch);
-  const int kind = rng() % 4;
+  const int kind = rng() % 5;
+  // uniform batches (whole tiles, maybe one longer request first): the ones aligned budgets can divide
+  const int32_t uniform = 64 * (1 + static_cast<int32_t>(rng() % 128));
+  const int32_t first = rng() % 2 ? 64 * (1 + static_cast<int32_t>(rng() % 2048)) : uniform;
   for (int b = 0; b < batch; ++b) {
     switch (kind) {
       case 0: lens[b] = specials[rng() % (sizeof(specials) / sizeof(int))]; break;
       case 1: lens[b] = 1 + rng() % max_len; break;
       case 2: lens[b] = (b == 0) ? max_len : 1 + rng() % 4096; break;  // one long, many short
+      case 3: lens[b] = (b == 0) ? first : uniform; break;
       default: lens[b] = (rng() % 3 == 0) ? 0 : 1 + rng() % 512; break;
     }
   }
@@ -204,6 +208,7 @@ std::vector<int32_t> random_lens(std::mt19937& rng, int batch, int max_len) {
 
 TEST(PlannerTwin, FuzzDynamicAndStatic) {
   std::mt19937 rng(1234);
+  int aligned = 0;
   for (int iter = 0; iter < 600; ++iter) {
     const int H = 1 + rng() % 8;
     const int group = 1 << (rng() % 5);  // 1..16
@@ -219,6 +224,7 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
         make_decode_plan_config_for(batch + rng() % 8, H * group, H, kv, 1, mode, sm_ctas, long_ctas);
     if (iter % 4 == 1) cfg.max_chunks_per_cta = static_cast<int>(rng() % 4);  // the profiling switch's values
     if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
+    if (iter % 3 != 0) cfg.align_window_div = 1 + static_cast<int>(rng() % 16);  // HOPPERKIT_DECODE_ALIGN_DIV
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);
@@ -228,7 +234,13 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     const Plan p2 = make_plan(cfg, lens, block_size, max_blocks, max_seen);
     const DecodePlanLayout l = decode_plan_layout(cfg);
     ASSERT_TRUE(std::equal(p.ws.begin(), p.ws.begin() + l.partial_o, p2.ws.begin())) << "iter " << iter;
+    if (mode == PlanMode::kDynamic && cfg.align_window_div > 0) {  // how often the rule changed the CTA count
+      DecodePlanConfig off = cfg;
+      off.align_window_div = 0;
+      aligned += make_plan(off, lens, block_size, max_blocks, max_seen).v.header[kHdrNumCtas] != p.v.header[kHdrNumCtas];
+    }
   }
+  EXPECT_GT(aligned, 5) << "the fuzz should reach plans that aligned budgets change";
 }
 
 TEST(PlannerTwin, ClampsLengthsBeyondTheBlockTable) {
@@ -338,11 +350,16 @@ TEST(PlannerTwin, ChunkRuleLeavesAlignedAndLargeBatchesAlone) {
   const Plan pm = make_plan(cfg, mix, 64, 64, 4096);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pm, mix, 64, 64));
   EXPECT_EQ(pm.v.header[kHdrNumCtas], 264);
-  // 256 x 4K: all 264 CTAs by the chunk rule; aligned budgets then take 256 (one 64-tile pair each)
+  // 256 x 4K: all 264 CTAs (aligned budgets, off by default, would take 256: one 64-tile pair each)
   const std::vector<int32_t> big(256, 4096);
   const Plan pb = make_plan(cfg, big, 64, 64, 4096);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pb, big, 64, 64));
-  EXPECT_EQ(pb.v.header[kHdrNumCtas], 256);
+  EXPECT_EQ(pb.v.header[kHdrNumCtas], 264);
+  DecodePlanConfig on = cfg;
+  on.align_window_div = kAlignWindowDiv;
+  const Plan pa = make_plan(on, big, 64, 64, 4096);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pa, big, 64, 64));
+  EXPECT_EQ(pa.v.header[kHdrNumCtas], 256);
 }
 
 TEST(PlannerTwin, EmptyBatchAndAllEmpty) {
@@ -433,10 +450,15 @@ TEST(PlannerTwin, StraddleMaskMatchesTheCtaStarts) {
       const int len = j % 5 == 4 ? 0 : 1;  // an empty pair never straddles
       const int prefix[2] = {s, s + len};
       const uint32_t mask = dynamic_pair_straddle_mask(prefix, 0, T, C, 0, n);
-      // the device planner's one candidate per call gives the same bits
-      uint32_t singles = 0;
-      for (int k = 0; k < n; ++k) singles |= dynamic_pair_straddle_mask(prefix, 0, T, C, k, k + 1);
-      ASSERT_EQ(singles, mask);
+      // the device planner's split over kAlignLanes threads gives the same bits
+      uint32_t lanes = 0;
+      for (int j = 0; j < kAlignLanes; ++j) {
+        int k0, k1;
+        dynamic_align_lane_range(n, j, k0, k1);
+        ASSERT_LE(k0, k1);
+        lanes |= dynamic_pair_straddle_mask(prefix, 0, T, C, k0, k1);
+      }
+      ASSERT_EQ(lanes, mask);
       for (int k = 0; k < n; ++k) {
         const bool want = s > 0 && len > 0 && starts[k].count(s) == 0;
         ASSERT_EQ((mask >> k & 1u) != 0, want) << "T " << T << " C " << C << " k " << k << " s " << s;

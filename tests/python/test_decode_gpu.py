@@ -60,6 +60,9 @@ SWEEP = [
     # strided caches: HND and packed K|V pages
     ("hnd", _lens("mixed", 12, 3), {"layout": "HND"}),
     ("packed_kv", _lens("mixed", 12, 4), {"layout": "packed", "block_size": 32}),
+    # uniform batches, which aligned budgets re-plan when they are on (test_aligned_budgets_forced)
+    ("aligned_64x4k", [4096] * 64, {}),
+    ("aligned_64k_15x4k", [65536] + [4096] * 15, {}),
 ]
 
 
@@ -77,7 +80,7 @@ FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
     "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
-    "packed_kv")]
+    "packed_kv", "aligned_64x4k", "aligned_64k_15x4k")]
 
 
 @pytest.mark.parametrize("q_dtype", [FP8, BF16], ids=["q_fp8", "q_bf16"])
@@ -157,6 +160,22 @@ def test_long_pairs_plan_one_cta_per_sm():
             assert all(pts[p] in starts for p in range(len(lens)) if pts[p + 1] > pts[p]), (kv, C)
         by_sm = kv == BF16 and expect == "sms" and C < plan.sm_ctas
         assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
+
+
+def test_aligned_budgets_forced():
+    """Aligned budgets (off by default; heuristics.h, dynamic_align_candidates) on: the plan tests and the uniform
+    batches' attention tests again in a subprocess with HOPPERKIT_DECODE_ALIGN_DIV=8 (read once per process; same
+    seed, a failure replays with HK_TEST_SEED)."""
+    if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV"):
+        pytest.skip("already inside a forced run")
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_DECODE_ALIGN_DIV="8", HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("kind", ["mixed", "one_long", "tile_edges"])

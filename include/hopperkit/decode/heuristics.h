@@ -178,8 +178,13 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // 126) uniform_4096 0.981x, one_64k_15x4k 0.982x, one_128k_31x4k 1.00x; every other point 0.997-1.005x. A
 // window of C / 8 also aligned one_64k_31x4k FP8 (235 of 264 CTAs: 0.978x) and changed nothing else; counts far
 // below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs: 1.051x, call 2), hence a window.
-// (DecodePlanConfig::align_window_div carries the divisor, 0 = off, so that a profiling switch can change it for
-// the planner and its twin alike.)
+// **Off by default** (DecodePlanConfig::align_window_div = 0; HOPPERKIT_DECODE_ALIGN_DIV=8 or the config field
+// turns it on, for the planner and its twin alike): the planner's test costs the plan kernel 0.6-0.7 us, 1.2-1.3 us
+// at batch 256 (4.57 / 4.60 -> 5.76 / 5.91 us, past the 5 us there; session 30 call 5, four threads per pair
+// each testing a run of candidates); testing all candidates on one thread per pair cost ~1 us, a division per
+// candidate ~2 us, and a probe on one pair ahead of the per-pair test measured worse still (call 6). The plan runs
+// once per decode step for every layer, so on uniform batches the trade pays many times over; it stays off until
+// the test costs little enough for the 5 us target.
 constexpr int kAlignWindowDiv = 8;
 constexpr int kAlignMaxCandidates = 32;
 constexpr int kMaxAlignWindowDiv = 1 << 16;  // the largest divisor a plan config accepts  // candidates k = 0..31 at most: one bit each in the device planner
@@ -197,9 +202,11 @@ HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
 // set when the pair has tiles, does not start at tile 0, and starts no CTA of the (C - k)-CTA plan. Tile s starts
 // a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i) exactly when r = s C' mod T is 0 or exceeds T - C' (the
 // first multiple of T at or past s C' then lies below (s + 1) C'); r for C - k follows from r for C - k + 1 by
-// subtracting s modulo T, so one division serves a run of candidates (the CPU twin tests them all in one run; the
-// device planner one candidate per call, after a probe has ruled most of them out). Needs C <= T
-// (dynamic_num_ctas and dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
+// subtracting s modulo T, so one division serves a run of candidates. The device planner gives each pair
+// kAlignLanes threads, each a run of candidates: one division per candidate (a fast division) cost the plan
+// kernel ~2 us, a run of all 32 on one thread ~1 us (session 30, calls 3-4). Needs C <= T (dynamic_num_ctas and
+// dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
+constexpr int kAlignLanes = 4;
 HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int k0, int k1) {
   const int s = prefix[p];
   if (s <= 0 || prefix[p + 1] <= s || k0 >= k1) return 0u;
@@ -211,6 +218,12 @@ HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, i
     if (r != 0u && r <= t - static_cast<uint32_t>(C - k)) mask |= 1u << k;
   }
   return mask;
+}
+// Candidates of lane j (0 <= j < kAlignLanes) of a pair's threads: [k0, k1) of the n candidates.
+HK_HD void dynamic_align_lane_range(int n, int j, int& k0, int& k1) {
+  const int per = (n + kAlignLanes - 1) / kAlignLanes;
+  k0 = j * per < n ? j * per : n;
+  k1 = k0 + per < n ? k0 + per : n;
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
