@@ -149,6 +149,18 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       if (!crowded) break;
       C = next;
     }
+    // aligned budgets, as the device planner: the first k whose (C - k)-CTA plan no pair straddles
+    const int na = dynamic_align_candidates(C, T, config.align_window_div);
+    if (na > 1) {
+      uint32_t straddled = 0;
+      for (int p = 0; p < P; ++p) straddled |= dynamic_pair_straddle_mask(prefix.data(), p, T, C, 0, na);
+      for (int k = 0; k < na; ++k) {
+        if (!(straddled >> k & 1u)) {
+          C -= k;
+          break;
+        }
+      }
+    }
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);
       v.cta_tile_start[i] = static_cast<int32_t>(b);

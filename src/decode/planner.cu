@@ -20,6 +20,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
   __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
+  __shared__ unsigned s_straddled;  // aligned budgets: candidates some pair straddles (bit k: C - k CTAs)
   const DecodePlanView& v = a.plan;
   const int tid = threadIdx.x;
   const int H = a.num_kv_heads;
@@ -28,6 +29,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   if (tid == 0) {
     s_err = 0;
     s_crowded = 0;
+    s_straddled = 0;
   }
   __syncthreads();
   ptx::grid_dependency_wait();  // PDL: seq_lens may come from the previous kernel
@@ -89,6 +91,23 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
         C = n;
         crowded >>= 1;
       }
+    }
+    // Aligned budgets (dynamic_align_candidates): the largest of C, C - 1, ... at which every non-empty pair
+    // starts a CTA; kAlignLanes threads per pair, each testing a run of the candidates
+    // (dynamic_pair_straddle_mask), then one barrier.
+    const int na = dynamic_align_candidates(C, T, a.align_window_div);
+    if (na > 1) {
+      unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
+      int k0, k1;
+      dynamic_align_lane_range(na, tid % kAlignLanes, k0, k1);
+      for (int p = tid / kAlignLanes; p < P; p += kPlanThreads / kAlignLanes) {
+        straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, k0, k1);
+      }
+      straddled = __reduce_or_sync(0xffffffffu, straddled);
+      if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
+      __syncthreads();
+      const unsigned aligned = ~s_straddled & (na < 32 ? (1u << na) - 1u : 0xffffffffu);
+      if (aligned != 0) C -= __ffs(static_cast<int>(aligned)) - 1;  // the lowest k: the most CTAs
     }
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
@@ -189,6 +208,10 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   // for either KV dtype (kMinTilesPerCta, kMinTilesPerCtaFp8). Planner and CPU twin read it from the config.
   static const int min_tiles = env_int("HOPPERKIT_DECODE_MIN_TILES", 0, 1, kMaxMinTilesPerCta);
   if (min_tiles > 0) c.min_tiles_per_cta = min_tiles;
+  // HOPPERKIT_DECODE_ALIGN_DIV=n turns aligned budgets on with a window of C / n (kAlignWindowDiv = 8 measured;
+  // 0 = off, the default: heuristics.h says why). Planner and CPU twin read it from the config.
+  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", 0, 0, kMaxAlignWindowDiv);
+  c.align_window_div = align_div;
   return c;
 }
 
@@ -202,6 +225,8 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            "max_chunks_per_cta 0.." + std::to_string(kMaxChunksLimit), c.max_chunks_per_cta);
   HK_CHECK(kValue, c.min_tiles_per_cta >= 1 && c.min_tiles_per_cta <= kMaxMinTilesPerCta, "config",
            "min_tiles_per_cta 1.." + std::to_string(kMaxMinTilesPerCta), c.min_tiles_per_cta);
+  HK_CHECK(kValue, c.align_window_div >= 0 && c.align_window_div <= kMaxAlignWindowDiv, "config",
+           "align_window_div 0.." + std::to_string(kMaxAlignWindowDiv), c.align_window_div);
   HK_CHECK(kValue, pp.batch >= 0 && pp.batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch),
            pp.batch);
   HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,
@@ -228,6 +253,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   a.long_pair_ctas = c.long_pair_ctas;
   a.max_chunks_per_cta = c.max_chunks_per_cta;
   a.min_tiles_per_cta = c.min_tiles_per_cta;
+  a.align_window_div = c.align_window_div;
   a.static_splits = 1;
   a.static_chunk_tiles = 1;
   if (c.mode == PlanMode::kStatic) static_plan_shape(c, pp.batch, pp.max_seq_len, &a.static_splits, &a.static_chunk_tiles);

@@ -51,6 +51,17 @@ int max_chunks_by_walk(const int32_t* prefix, int P, int64_t T, int C) {
   return m;
 }
 
+// Whether every non-empty pair starts where some CTA of a C-CTA plan starts (the set of CTA starts walked, not
+// dynamic_tile_begins_cta).
+bool all_pairs_start_ctas(const int32_t* prefix, int P, int64_t T, int C) {
+  std::set<int64_t> starts;
+  for (int i = 0; i < C; ++i) starts.insert(dynamic_cta_begin(i, T, C));
+  for (int q = 0; q < P; ++q) {
+    if (prefix[q + 1] > prefix[q] && starts.count(prefix[q]) == 0) return false;
+  }
+  return true;
+}
+
 int expected_tiles(int32_t len, int64_t capacity) {
   int64_t l = std::min<int64_t>(std::max<int32_t>(len, 0), capacity);
   return num_tiles(l);
@@ -105,18 +116,29 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     const int min_tiles = p.cfg.min_tiles_per_cta;
     const int c0 = dynamic_num_ctas(T, cap, min_tiles);
     const int limit = p.cfg.max_chunks_per_cta;
-    if (C == c0) {
+    // the chunk rule's count c1, by walking the CTAs: c0 doubled (capped) while some CTA walks > limit chunks
+    int c1 = c0;
+    while (limit > 0 && dynamic_next_ctas(c1, cap, T) != 0 && max_chunks_by_walk(v.pair_tile_start, P, T, c1) > limit) {
+      c1 = dynamic_next_ctas(c1, cap, T);
+    }
+    // aligned budgets: the largest count in [c1 - c1 / div, c1] at which every non-empty pair starts a CTA (by
+    // brute force over the CTA starts), else c1
+    int expect_c = c1;
+    const int na = dynamic_align_candidates(c1, T, p.cfg.align_window_div);
+    for (int k = 0; k < na; ++k) {
+      if (all_pairs_start_ctas(v.pair_tile_start, P, T, c1 - k)) {
+        expect_c = c1 - k;
+        break;
+      }
+    }
+    if (na == 0) ASSERT_TRUE(p.cfg.align_window_div <= 0 || c1 < 2 || T == 0 || int64_t{T} * (c1 + 1) >= (int64_t{1} << 31));
+    ASSERT_EQ(C, expect_c) << "c0 " << c0 << " c1 " << c1;
+    if (C != c1) ASSERT_EQ(max_chunks_by_walk(v.pair_tile_start, P, T, C), 1) << "aligned: one chunk per CTA";
+    if (c1 == c0) {
       if (T >= min_tiles) ASSERT_GE(min_budget, min_tiles) << "minimum work per CTA";
     } else {
-      // more CTAs than the minimum work allows only because the smaller count crowded a CTA with chunks: C is
-      // a doubling of c0 (capped), and the count before it left some CTA walking more than `limit` chunks
-      ASSERT_GT(limit, 0) << "the chunk rule is off, yet C != c0";
-      int prev = c0;
-      while (dynamic_next_ctas(prev, cap, T) != C) {
-        prev = dynamic_next_ctas(prev, cap, T);
-        ASSERT_NE(prev, 0) << "C is not in the doubling sequence from " << c0;
-      }
-      ASSERT_GT(max_chunks_by_walk(v.pair_tile_start, P, T, prev), limit) << "C grew past an uncrowded count";
+      // more CTAs than the minimum work allows only because the smaller count crowded a CTA with chunks
+      ASSERT_GT(limit, 0) << "the chunk rule is off, yet c1 != c0";
     }
     if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0) {
       ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
@@ -166,12 +188,16 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
 std::vector<int32_t> random_lens(std::mt19937& rng, int batch, int max_len) {
   static const int specials[] = {0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097};
   std::vector<int32_t> lens(batch);
-  const int kind = rng() % 4;
+  const int kind = rng() % 5;
+  // uniform batches (whole tiles, maybe one longer request first): the ones aligned budgets can divide
+  const int32_t uniform = 64 * (1 + static_cast<int32_t>(rng() % 128));
+  const int32_t first = rng() % 2 ? 64 * (1 + static_cast<int32_t>(rng() % 2048)) : uniform;
   for (int b = 0; b < batch; ++b) {
     switch (kind) {
       case 0: lens[b] = specials[rng() % (sizeof(specials) / sizeof(int))]; break;
       case 1: lens[b] = 1 + rng() % max_len; break;
       case 2: lens[b] = (b == 0) ? max_len : 1 + rng() % 4096; break;  // one long, many short
+      case 3: lens[b] = (b == 0) ? first : uniform; break;
       default: lens[b] = (rng() % 3 == 0) ? 0 : 1 + rng() % 512; break;
     }
   }
@@ -182,6 +208,7 @@ std::vector<int32_t> random_lens(std::mt19937& rng, int batch, int max_len) {
 
 TEST(PlannerTwin, FuzzDynamicAndStatic) {
   std::mt19937 rng(1234);
+  int aligned = 0;
   for (int iter = 0; iter < 600; ++iter) {
     const int H = 1 + rng() % 8;
     const int group = 1 << (rng() % 5);  // 1..16
@@ -197,6 +224,7 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
         make_decode_plan_config_for(batch + rng() % 8, H * group, H, kv, 1, mode, sm_ctas, long_ctas);
     if (iter % 4 == 1) cfg.max_chunks_per_cta = static_cast<int>(rng() % 4);  // the profiling switch's values
     if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
+    if (iter % 3 != 0) cfg.align_window_div = 1 + static_cast<int>(rng() % 16);  // HOPPERKIT_DECODE_ALIGN_DIV
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);
@@ -206,7 +234,13 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     const Plan p2 = make_plan(cfg, lens, block_size, max_blocks, max_seen);
     const DecodePlanLayout l = decode_plan_layout(cfg);
     ASSERT_TRUE(std::equal(p.ws.begin(), p.ws.begin() + l.partial_o, p2.ws.begin())) << "iter " << iter;
+    if (mode == PlanMode::kDynamic && cfg.align_window_div > 0) {  // how often the rule changed the CTA count
+      DecodePlanConfig off = cfg;
+      off.align_window_div = 0;
+      aligned += make_plan(off, lens, block_size, max_blocks, max_seen).v.header[kHdrNumCtas] != p.v.header[kHdrNumCtas];
+    }
   }
+  EXPECT_GT(aligned, 5) << "the fuzz should reach plans that aligned budgets change";
 }
 
 TEST(PlannerTwin, ClampsLengthsBeyondTheBlockTable) {
@@ -221,7 +255,9 @@ TEST(PlannerTwin, ClampsLengthsBeyondTheBlockTable) {
 TEST(PlannerTwin, LongRequestIsSpreadOverAllCtas) {
   // one 128K request + 31 x 4K (the headline scenario): the dynamic plan uses every CTA with equal
   // budgets; the static plan gives the long request only a few pieces.
-  const DecodePlanConfig dyn = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132);
+  // (aligned budgets off here: with them the plan takes 126 CTAs of 32 tiles, AlignedBudgets below)
+  DecodePlanConfig dyn = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132);
+  dyn.align_window_div = 0;
   std::vector<int32_t> lens(32, 4096);
   lens[0] = 131072;
   const Plan p = make_plan(dyn, lens, 64, 2048, 131072);
@@ -239,8 +275,10 @@ TEST(PlannerTwin, LongPairsRunOnTheCappedCtas) {
   // long request in half as many pieces as on 264
   std::vector<int32_t> lens(32, 4096);
   lens[0] = 131072;
-  const DecodePlanConfig all = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
-  const DecodePlanConfig cap = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264, 132);
+  // (aligned budgets off: they would take 252 and 126 CTAs, AlignedBudgets below)
+  DecodePlanConfig all = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264);
+  DecodePlanConfig cap = make_decode_plan_config_for(32, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 264, 132);
+  all.align_window_div = cap.align_window_div = 0;
   const Plan pa = make_plan(all, lens, 64, 2048, 131072);
   const Plan pc = make_plan(cap, lens, 64, 2048, 131072);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pc, lens, 64, 2048));
@@ -312,11 +350,16 @@ TEST(PlannerTwin, ChunkRuleLeavesAlignedAndLargeBatchesAlone) {
   const Plan pm = make_plan(cfg, mix, 64, 64, 4096);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pm, mix, 64, 64));
   EXPECT_EQ(pm.v.header[kHdrNumCtas], 264);
-  // 256 x 4K
+  // 256 x 4K: all 264 CTAs (aligned budgets, off by default, would take 256: one 64-tile pair each)
   const std::vector<int32_t> big(256, 4096);
   const Plan pb = make_plan(cfg, big, 64, 64, 4096);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pb, big, 64, 64));
   EXPECT_EQ(pb.v.header[kHdrNumCtas], 264);
+  DecodePlanConfig on = cfg;
+  on.align_window_div = kAlignWindowDiv;
+  const Plan pa = make_plan(on, big, 64, 64, 4096);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pa, big, 64, 64));
+  EXPECT_EQ(pa.v.header[kHdrNumCtas], 256);
 }
 
 TEST(PlannerTwin, EmptyBatchAndAllEmpty) {
@@ -328,4 +371,105 @@ TEST(PlannerTwin, EmptyBatchAndAllEmpty) {
   const Plan p1 = make_plan(cfg, zeros, 16, 1, 0);
   ASSERT_NO_FATAL_FAILURE(check_invariants(p1, zeros, 16, 1));
   EXPECT_EQ(p1.v.header[kHdrNumEmpty], 16);
+}
+
+TEST(PlannerTwin, AlignedBudgets) {
+  // the decode scenarios' batches (block 64, one KV head): the CTA count and the pieces of the longest pair
+  auto plan_of = [](const std::vector<int32_t>& lens, DType kv, int max_ctas, int long_ctas, int div) {
+    DecodePlanConfig cfg = make_decode_plan_config_for(static_cast<int>(lens.size()), 8, 1, kv, 1,
+                                                       PlanMode::kDynamic, max_ctas, long_ctas);
+    cfg.align_window_div = div;
+    int max_len = 0;
+    for (int32_t l : lens) max_len = std::max(max_len, l);
+    Plan p = make_plan(cfg, lens, 64, (max_len + 63) / 64, max_len);
+    check_invariants(p, lens, 64, (max_len + 63) / 64);
+    return p;
+  };
+  auto with_long = [](int long_len, int n_long, int n_4k) {
+    std::vector<int32_t> lens(n_long, long_len);
+    lens.insert(lens.end(), n_4k, 4096);
+    return lens;
+  };
+  const DType F8 = DType::kFP8E4M3, B16 = DType::kBF16;
+  struct Want {
+    std::vector<int32_t> lens;
+    DType kv;
+    int long_ctas, ctas, ctas_off;
+  };
+  const std::vector<Want> wants = {
+      {std::vector<int32_t>(64, 4096), F8, 0, 256, 264},   // uniform_4096: 4 pieces of 16 tiles per pair
+      {with_long(65536, 1, 15), F8, 0, 248, 264},          // one_64k_15x4k: 1984 tiles, budgets of 8
+      {with_long(65536, 1, 7), F8, 0, 253, 264},           // one_64k_7x4k: 1472 tiles = 253 x 64 / 11
+      {with_long(131072, 1, 31), F8, 0, 252, 264},         // one_128k_31x4k: 4032 tiles, budgets of 16
+      {with_long(32768, 2, 30), F8, 0, 264, 264},          // two_32k_30x4k: 46 x 64 tiles; 230 is past the window
+      {with_long(65536, 1, 31), F8, 0, 235, 264},          // one_64k_31x4k: 3008 = 47 x 64 tiles, budgets of 64 / 5
+      {std::vector<int32_t>(64, 4096), B16, 132, 128, 132},  // BF16 under the long-pair cap
+      {with_long(131072, 1, 31), B16, 132, 126, 132},
+      {with_long(65536, 1, 15), B16, 132, 124, 132},
+      {with_long(65536, 1, 7), B16, 132, 132, 132},
+  };
+  for (size_t i = 0; i < wants.size(); ++i) {
+    const Want& w = wants[i];
+    const Plan on = plan_of(w.lens, w.kv, 264, w.long_ctas, kAlignWindowDiv);
+    ASSERT_FALSE(HasFatalFailure()) << "case " << i;
+    EXPECT_EQ(on.v.header[kHdrNumCtas], w.ctas) << "case " << i;
+    const Plan off = plan_of(w.lens, w.kv, 264, w.long_ctas, 0);
+    ASSERT_FALSE(HasFatalFailure()) << "case " << i;
+    EXPECT_EQ(off.v.header[kHdrNumCtas], w.ctas_off) << "case " << i;
+    if (w.ctas != w.ctas_off) {
+      EXPECT_LT(on.v.pair_num_pieces[w.lens.size() - 1], off.v.pair_num_pieces[w.lens.size() - 1]) << "case " << i;
+    }
+  }
+  // batches no count aligns: short pairs next to each other (skewed_mix), ragged lengths, uniform_512 (already
+  // aligned at the minimum work's count)
+  std::vector<int32_t> mix(64, 4096);
+  for (int i = 0; i < 32; ++i) mix[i] = 128;
+  EXPECT_EQ(plan_of(mix, F8, 264, 0, kAlignWindowDiv).v.header[kHdrNumCtas], 264);
+  EXPECT_EQ(plan_of(std::vector<int32_t>(64, 512), F8, 264, 0, kAlignWindowDiv).v.header[kHdrNumCtas], 256);
+  std::mt19937 rng(7);
+  std::vector<int32_t> ragged(64);
+  for (auto& l : ragged) l = 2048 + static_cast<int32_t>(rng() % 4096);
+  EXPECT_EQ(plan_of(ragged, F8, 264, 0, kAlignWindowDiv).v.header[kHdrNumCtas], 264);
+}
+
+TEST(PlannerTwin, StraddleMaskMatchesTheCtaStarts) {
+  // dynamic_pair_straddle_mask (one division per pair, the candidates by subtraction) against the set of
+  // dynamic_cta_begin values of each candidate count
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int64_t T = 2 + rng() % (iter % 3 == 0 ? 100 : 200000);
+    const int C = 2 + static_cast<int>(rng() % std::min<int64_t>(T - 1, 2000));
+    const int n = dynamic_align_candidates(C, T, 1 + static_cast<int>(rng() % 16));
+    if (n == 0) continue;
+    std::vector<std::set<int64_t>> starts(n);
+    for (int k = 0; k < n; ++k) {
+      for (int i = 0; i < C - k; ++i) starts[k].insert(dynamic_cta_begin(i, T, C - k));
+    }
+    for (int j = 0; j < 32; ++j) {
+      const int s = j < 4 ? std::min<int>(j, static_cast<int>(T) - 1) : static_cast<int>(rng() % T);
+      const int len = j % 5 == 4 ? 0 : 1;  // an empty pair never straddles
+      const int prefix[2] = {s, s + len};
+      const uint32_t mask = dynamic_pair_straddle_mask(prefix, 0, T, C, 0, n);
+      // the device planner's split over kAlignLanes threads gives the same bits
+      uint32_t lanes = 0;
+      for (int j = 0; j < kAlignLanes; ++j) {
+        int k0, k1;
+        dynamic_align_lane_range(n, j, k0, k1);
+        ASSERT_LE(k0, k1);
+        lanes |= dynamic_pair_straddle_mask(prefix, 0, T, C, k0, k1);
+      }
+      ASSERT_EQ(lanes, mask);
+      for (int k = 0; k < n; ++k) {
+        const bool want = s > 0 && len > 0 && starts[k].count(s) == 0;
+        ASSERT_EQ((mask >> k & 1u) != 0, want) << "T " << T << " C " << C << " k " << k << " s " << s;
+      }
+      if (n < 32) ASSERT_EQ(mask >> n, 0u);
+    }
+  }
+  EXPECT_EQ(dynamic_align_candidates(264, 4096, 16), 17);
+  EXPECT_EQ(dynamic_align_candidates(264, 4096, kAlignWindowDiv), 32);  // 34, capped at the mask's bits
+  EXPECT_EQ(dynamic_align_candidates(132, 4096, kAlignWindowDiv), 17);
+  EXPECT_EQ(dynamic_align_candidates(264, 4096, 0), 0);
+  EXPECT_EQ(dynamic_align_candidates(1, 4096, kAlignWindowDiv), 0);
+  EXPECT_EQ(dynamic_align_candidates(264, int64_t{1} << 23, kAlignWindowDiv), 0);  // T (C + 1) past 2^31
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import itertools
 import random
 import zlib
 
@@ -59,6 +60,9 @@ SWEEP = [
     # strided caches: HND and packed K|V pages
     ("hnd", _lens("mixed", 12, 3), {"layout": "HND"}),
     ("packed_kv", _lens("mixed", 12, 4), {"layout": "packed", "block_size": 32}),
+    # uniform batches, which aligned budgets re-plan when they are on (test_aligned_budgets_forced)
+    ("aligned_64x4k", [4096] * 64, {}),
+    ("aligned_64k_15x4k", [65536] + [4096] * 15, {}),
 ]
 
 
@@ -76,7 +80,7 @@ FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
     "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
-    "packed_kv")]
+    "packed_kv", "aligned_64x4k", "aligned_64k_15x4k")]
 
 
 @pytest.mark.parametrize("q_dtype", [FP8, BF16], ids=["q_fp8", "q_bf16"])
@@ -96,7 +100,10 @@ def test_fp8_static_mode():
 
 def test_plan_matches_cpu_twin():
     rng = random.Random(11)
-    for it in range(40):
+    # besides random batches, the decode scenarios' uniform ones, whose plans take aligned budgets (fewer CTAs
+    # than the cap, each starting a pair: heuristics.h, dynamic_align_candidates)
+    aligned = [[4096] * 64, [65536] + [4096] * 15, [131072] + [4096] * 31, [65536] + [4096] * 7, [4096] * 256]
+    for it in range(40 + len(aligned)):
         B = rng.choice([1, 3, 17, 128, 256, 1024])
         H = rng.choice([1, 2, 8])
         bs = rng.choice([16, 32, 64, 128])
@@ -105,11 +112,15 @@ def test_plan_matches_cpu_twin():
             lens[0] = 262144
         if it % 11 == 0:
             lens[-1] = -5  # untrusted: clamped and flagged
+        if it >= 40:
+            lens, H = aligned[it - 40], 1
+            B = len(lens)
         max_blocks = (max(max(lens), 1) + bs - 1) // bs
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
-        for mode in ("dynamic", "static"):
-            # every third batch with FP8 KV: its own minimum tiles per CTA (kMinTilesPerCtaFp8)
-            kv = torch.float8_e4m3fn if it % 3 == 1 else torch.bfloat16
+        # every third batch with FP8 KV (its own minimum tiles per CTA, kMinTilesPerCtaFp8); the uniform ones both
+        kvs = [torch.float8_e4m3fn, torch.bfloat16] if it >= 40 else [
+            torch.float8_e4m3fn if it % 3 == 1 else torch.bfloat16]
+        for mode, kv in itertools.product(("dynamic", "static"), kvs):
             plan = hopperkit.DecodePlan(B, 8 * H, H, mode=mode, kv_dtype=kv)
             plan.update(seq, block_size=bs, max_blocks_per_seq=max_blocks, max_seq_len=max(max(lens), 0))
             dev = {k: v.cpu() for k, v in plan.arrays().items()}
@@ -139,9 +150,32 @@ def test_long_pairs_plan_one_cta_per_sm():
         hdr = plan.arrays()["header"].cpu()
         C = int(hdr[0])
         want = sms if expect == "sms" else plan.sm_ctas
-        assert C == want, (kv, len(lens), C, want, plan.sm_ctas)
+        # aligned budgets (heuristics.h, dynamic_align_candidates: window C / 8) may take fewer CTAs, each of
+        # which then starts a pair (the long batch here: 4032 tiles, 126 CTAs of 32 or 252 of 16)
+        assert want - want // 8 <= C <= want, (kv, len(lens), C, want, plan.sm_ctas)
+        if C < want:
+            arr = plan.arrays()
+            starts = set(arr["cta_tile_start"][:C].tolist())
+            pts = arr["pair_tile_start"].tolist()
+            assert all(pts[p] in starts for p in range(len(lens)) if pts[p + 1] > pts[p]), (kv, C)
         by_sm = kv == BF16 and expect == "sms" and C < plan.sm_ctas
         assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
+
+
+def test_aligned_budgets_forced():
+    """Aligned budgets (off by default; heuristics.h, dynamic_align_candidates) on: the plan tests and the uniform
+    batches' attention tests again in a subprocess with HOPPERKIT_DECODE_ALIGN_DIV=8 (read once per process; same
+    seed, a failure replays with HK_TEST_SEED)."""
+    if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV"):
+        pytest.skip("already inside a forced run")
+    import subprocess
+    import sys
+    env = dict(os.environ, HOPPERKIT_DECODE_ALIGN_DIV="8", HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("kind", ["mixed", "one_long", "tile_edges"])

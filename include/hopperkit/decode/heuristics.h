@@ -165,6 +165,67 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
   return last >= 0 && far < T && dynamic_cta_of_tile(last, T, C) == dynamic_cta_of_tile(far, T, C);
 }
 
+// Dynamic mode, aligned budgets: where some CTA count a little below the chosen one C makes every non-empty
+// pair start where a CTA starts, the plan takes the largest such count (C - k, k <= C / div): each CTA then
+// walks one chunk, and a pair splits into as many pieces as its tiles span budgets, instead of most CTAs walking
+// the end of one pair and the start of the next (two chunk epilogues, one more piece per pair to merge). Budgets
+// stay equal within one tile. It fires on batches whose pair lengths the budget can divide (uniform lengths,
+// or a long request beside uniform ones); with many short or ragged pairs no count aligns and C stays.
+// Measured on an H200 (session 30; call 2: the minimum tiles per CTA forced so that C happened to align; call 3:
+// the rule, window C / 16, same-build A/B against it switched off): FP8 uniform_4096 (64 x 64 tiles, 256 CTAs of
+// 16 instead of 264 of 15.5) 27.96 -> 25.09 us (0.897x), one_64k_15x4k (1024 + 15 x 64 tiles, 248 of 8) 22.07 ->
+// 19.39 (0.879x), one_128k_31x4k 0.968x, one_64k_7x4k 0.987x; BF16 under the long-pair cap (132 -> 128 / 124 /
+// 126) uniform_4096 0.981x, one_64k_15x4k 0.982x, one_128k_31x4k 1.00x; every other point 0.997-1.005x. A
+// window of C / 8 also aligned one_64k_31x4k FP8 (235 of 264 CTAs: 0.978x) and changed nothing else; counts far
+// below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs: 1.051x, call 2), hence a window.
+// **Off by default** (DecodePlanConfig::align_window_div = 0; HOPPERKIT_DECODE_ALIGN_DIV=8 or the config field
+// turns it on, for the planner and its twin alike): the planner's test costs the plan kernel 0.6-0.7 us, 1.2-1.3 us
+// at batch 256 (4.57 / 4.60 -> 5.76 / 5.91 us, past the 5 us there; session 30 call 5, four threads per pair
+// each testing a run of candidates); testing all candidates on one thread per pair cost ~1 us, a division per
+// candidate ~2 us, and a probe on one pair ahead of the per-pair test measured worse still (call 6). The plan runs
+// once per decode step for every layer, so on uniform batches the trade pays many times over; it stays off until
+// the test costs little enough for the 5 us target.
+constexpr int kAlignWindowDiv = 8;
+constexpr int kAlignMaxCandidates = 32;
+constexpr int kMaxAlignWindowDiv = 1 << 16;  // the largest divisor a plan config accepts  // candidates k = 0..31 at most: one bit each in the device planner
+
+// The aligned-budget candidates after C: k = 0..n-1 (C - k CTAs); 0 where the rule is off (div <= 0), C < 2,
+// or T * (C + 1) does not fit the 31-bit arithmetic of dynamic_pair_straddle_mask.
+HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
+  if (div <= 0 || C < 2 || T <= 0 || T * (static_cast<int64_t>(C) + 1) >= (int64_t{1} << 31)) return 0;
+  int w = C / div + 1;  // C - k >= 1 CTAs
+  if (w > C) w = C;
+  return w < kAlignMaxCandidates ? w : kAlignMaxCandidates;
+}
+
+// Aligned budgets seen from pair p, candidates k0 <= k < k1 (of the n = dynamic_align_candidates ones): bit k is
+// set when the pair has tiles, does not start at tile 0, and starts no CTA of the (C - k)-CTA plan. Tile s starts
+// a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i) exactly when r = s C' mod T is 0 or exceeds T - C' (the
+// first multiple of T at or past s C' then lies below (s + 1) C'); r for C - k follows from r for C - k + 1 by
+// subtracting s modulo T, so one division serves a run of candidates. The device planner gives each pair
+// kAlignLanes threads, each a run of candidates: one division per candidate (a fast division) cost the plan
+// kernel ~2 us, a run of all 32 on one thread ~1 us (session 30, calls 3-4). Needs C <= T (dynamic_num_ctas and
+// dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
+constexpr int kAlignLanes = 4;
+HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int k0, int k1) {
+  const int s = prefix[p];
+  if (s <= 0 || prefix[p + 1] <= s || k0 >= k1) return 0u;
+  const uint32_t t = static_cast<uint32_t>(T), us = static_cast<uint32_t>(s);
+  uint32_t r = us * static_cast<uint32_t>(C - k0) % t;
+  uint32_t mask = 0u;
+  for (int k = k0; k < k1; ++k) {
+    if (k > k0) r = r >= us ? r - us : r + (t - us);
+    if (r != 0u && r <= t - static_cast<uint32_t>(C - k)) mask |= 1u << k;
+  }
+  return mask;
+}
+// Candidates of lane j (0 <= j < kAlignLanes) of a pair's threads: [k0, k1) of the n candidates.
+HK_HD void dynamic_align_lane_range(int n, int j, int& k0, int& k1) {
+  const int per = (n + kAlignLanes - 1) / kAlignLanes;
+  k0 = j * per < n ? j * per : n;
+  k1 = k0 + per < n ? k0 + per : n;
+}
+
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough
 // pieces to fill the GPU if every request were as long as the longest), never more than the longest
 // request has tiles.
