@@ -171,13 +171,13 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // the end of one pair and the start of the next (two chunk epilogues, one more piece per pair to merge). Budgets
 // stay equal within one tile. It fires on batches whose pair lengths the budget can divide (uniform lengths,
 // or a long request beside uniform ones); with many short or ragged pairs no count aligns and C stays.
-// Measured on an H200 (session 30; call 2: the minimum tiles per CTA forced so that C happened to align; call 3:
-// the rule, window C / 16, same-build A/B against it switched off): FP8 uniform_4096 (64 x 64 tiles, 256 CTAs of
-// 16 instead of 264 of 15.5) 27.96 -> 25.09 us (0.897x), one_64k_15x4k (1024 + 15 x 64 tiles, 248 of 8) 22.07 ->
-// 19.39 (0.879x), one_128k_31x4k 0.968x, one_64k_7x4k 0.987x; BF16 under the long-pair cap (132 -> 128 / 124 /
-// 126) uniform_4096 0.981x, one_64k_15x4k 0.982x, one_128k_31x4k 1.00x; every other point 0.997-1.005x. A
-// window of C / 8 also aligned one_64k_31x4k FP8 (235 of 264 CTAs: 0.978x) and changed nothing else; counts far
-// below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs: 1.051x, call 2), hence a window.
+// Measured on an H200 (session 30 call 5, window C / 8, same-build A/B against the rule off): FP8 uniform_4096
+// (64 x 64 tiles, 256 CTAs of 16 instead of 264 of 15.5) 27.90 -> 25.13 us (0.901x), one_64k_15x4k (1024 + 15 x 64
+// tiles, 248 of 8) 22.12 -> 19.44 (0.879x), one_128k_31x4k 0.964x, one_64k_31x4k (235 CTAs) 0.981x, one_64k_7x4k
+// 0.987x; BF16 under the long-pair cap (132 -> 128 / 124 / 126) uniform_4096 0.979x, one_64k_15x4k 0.987x,
+// one_128k_31x4k 1.000x; every other point 0.993-1.004x. (Call 3, window C / 16: the same, without
+// one_64k_31x4k.) Counts far below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs: 1.051x,
+// call 2, the minimum tiles per CTA forced), hence a window.
 // **Off by default** (DecodePlanConfig::align_window_div = 0; HOPPERKIT_DECODE_ALIGN_DIV=8 or the config field
 // turns it on, for the planner and its twin alike): the planner's test costs the plan kernel 0.6-0.7 us, 1.2-1.3 us
 // at batch 256 (4.57 / 4.60 -> 5.76 / 5.91 us, past the 5 us there; session 30 call 5, four threads per pair
@@ -185,9 +185,9 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // candidate ~2 us, and a probe on one pair ahead of the per-pair test measured worse still (call 6). The plan runs
 // once per decode step for every layer, so on uniform batches the trade pays many times over; it stays off until
 // the test costs little enough for the 5 us target.
-constexpr int kAlignWindowDiv = 8;
-constexpr int kAlignMaxCandidates = 32;
-constexpr int kMaxAlignWindowDiv = 1 << 16;  // the largest divisor a plan config accepts  // candidates k = 0..31 at most: one bit each in the device planner
+constexpr int kAlignWindowDiv = 8;            // the window measured (turned on by HOPPERKIT_DECODE_ALIGN_DIV=8)
+constexpr int kAlignMaxCandidates = 32;       // candidates k = 0..31 at most: one bit each in the device planner
+constexpr int kMaxAlignWindowDiv = 1 << 16;   // the largest divisor a plan config accepts
 
 // The aligned-budget candidates after C: k = 0..n-1 (C - k CTAs); 0 where the rule is off (div <= 0), C < 2,
 // or T * (C + 1) does not fit the 31-bit arithmetic of dynamic_pair_straddle_mask.
