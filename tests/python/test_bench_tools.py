@@ -156,3 +156,13 @@ def test_moe_stage_bytes_and_read_target_counts():
     text = mb.report(rows, ["hopperkit", "torch_grouped"])
     bs4 = next(line.split() for line in text.splitlines() if line.split()[:4] == ["m", "tp8_ep1", "block", "4"])
     assert bs4[-3:] == ["11.0", "14.0", "0.86"]                        # read1, read2, hopperkit / read2
+
+
+def test_profile_plan_parses_scenario_lengths():
+    """bench.profile_plan reads lengths as decode_scenarios.json spells them; anything else is a ValueError."""
+    from bench.profile_plan import parse_lens
+    assert parse_lens("2x3") == [3, 3]
+    assert parse_lens("1x65536+15x4096") == [65536] + [4096] * 15
+    for bad in ("256", "0x5", "x4", "2x-1"):
+        with pytest.raises(ValueError, match="--lens"):
+            parse_lens(bad)
