@@ -144,18 +144,22 @@ def routing_stats(ids: torch.Tensor, shape: Shape) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------------------ floors
+def scale_counts(shape: Shape, scaling: str) -> tuple[int, int]:
+    """Float32 scales of one local expert's (w13, w2): one each per-tensor, one per 128x128 block block-wise."""
+    i, h = shape.inter, shape.hidden
+    return (1, 1) if scaling == "per_tensor" else ((2 * i // BLOCK) * (h // BLOCK), (h // BLOCK) * (i // BLOCK))
+
+
 def expert_bytes(shape: Shape, scaling: str) -> int:
     """One local expert's weight bytes: w13 [2I, H] + w2 [H, I] fp8 and their float32 scales."""
-    i, h = shape.inter, shape.hidden
-    scales = 2 if scaling == "per_tensor" else (2 * i // BLOCK) * (h // BLOCK) + (h // BLOCK) * (i // BLOCK)
-    return 3 * i * h + 4 * scales
+    return 3 * shape.inter * shape.hidden + 4 * sum(scale_counts(shape, scaling))
 
 
 def stage_bytes(shape: Shape, scaling: str, bs: int, touched: int) -> tuple[int, int]:
     """(gate-up, down) bytes of the memory floor: the touched experts' w13 + its scales and the hidden rows in
     (bf16); their w2 + its scales and the output rows (bf16). The two weight streams hopperkit launches apart."""
     i, h = shape.inter, shape.hidden
-    s13, s2 = (1, 1) if scaling == "per_tensor" else ((2 * i // BLOCK) * (h // BLOCK), (h // BLOCK) * (i // BLOCK))
+    s13, s2 = scale_counts(shape, scaling)
     return touched * (2 * i * h + 4 * s13) + bs * h * 2, touched * (h * i + 4 * s2) + bs * h * 2
 
 

@@ -1,7 +1,7 @@
 """The decode plan kernel alone, for a profiler or a quick timing: plan.update on one batch of lengths.
 
-    python -m bench.profile_plan [--lens 256x4096] [--dtype fp8|bf16] [--calls 20]
-        timing: CUDA-graph median of `calls` back-to-back plan.update calls (decode_bench's hopperkit_plan rows)
+    python -m bench.profile_plan [--lens 256x4096] [--dtype fp8|bf16]
+        timing: decode_bench's hopperkit_plan row for this batch (CUDA-graph median of back-to-back calls)
     python -m bench.profile_plan --ncu [--lens ...]
         `calls` eager plan.update calls between cudaProfilerStart / Stop, for
         scripts/profile_sass.sh plan decode_plan_kernel --skip 3 -- python3 -m bench.profile_plan --ncu
@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from bench import common
+from bench import decode_bench
 
 
 def parse_lens(text: str) -> list[int]:
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.profile_plan", description=__doc__.split("\n\n")[0])
     ap.add_argument("--lens", default="256x4096", help="COUNTxLEN groups joined by '+' (default: the plan target)")
     ap.add_argument("--dtype", default="fp8", choices=("fp8", "bf16"))
-    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=20, help="--ncu: eager calls profiled")
     ap.add_argument("--block-size", type=int, default=64)
     ap.add_argument("--ncu", action="store_true", help="eager calls between cudaProfilerStart / Stop")
     args = ap.parse_args(argv)
@@ -60,8 +60,12 @@ def main(argv=None) -> int:
         torch.cuda.cudart().cudaProfilerStop()
         print(f"profiled {args.calls} plan.update calls; batch {len(lens)}, {C} CTAs")
         return 0
-    us = common.time_graph([update] * args.calls, replays=30, warmup=5)
-    print(f"plan.update {us:.2f} us; batch {len(lens)}, {C} CTAs ({args.dtype})")
+    # the benchmark's own plan row (decode_bench.plan_row: PLAN_CALLS calls per graph), so the numbers compare
+    cfg = {"num_q_heads": 8, "num_kv_heads": 1, "q_len": 1, "block_size": page}
+    row = decode_bench.plan_row(args.lens, cfg, lens, args.dtype, replays=30, warmup=5)
+    if not row.get("ok"):
+        raise SystemExit(f"plan.update failed: {row.get('skip_reason')}")
+    print(f"plan.update {row['us']:.2f} us; batch {len(lens)}, {C} CTAs ({args.dtype})")
     return 0
 
 
