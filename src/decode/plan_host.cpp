@@ -149,17 +149,17 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       if (!crowded) break;
       C = next;
     }
-    // aligned budgets, as the device planner: the first k whose (C - k)-CTA plan no pair straddles
-    const int na = dynamic_align_candidates(C, T, config.align_window_div);
-    if (na > 1) {
-      uint32_t straddled = 0;
-      for (int p = 0; p < P; ++p) straddled |= dynamic_pair_straddle_mask(prefix.data(), p, T, C, 0, na);
-      for (int k = 0; k < na; ++k) {
-        if (!(straddled >> k & 1u)) {
-          C -= k;
-          break;
-        }
+    // aligned budgets, as the device planner: the unit from pair 0's count and the OR of all counts
+    if (config.align_window_div > 0 && P > 0) {
+      const int first = prefix[1] - prefix[0];
+      uint32_t tiles_or = 0;
+      bool uniform = true;
+      for (int p = 0; p < P; ++p) {
+        const int t = prefix[p + 1] - prefix[p];
+        tiles_or |= static_cast<uint32_t>(t);
+        uniform = uniform && (t == 0 || t == first);
       }
+      C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, uniform, first), config.align_window_div);
     }
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);

@@ -20,7 +20,8 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
   __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
-  __shared__ unsigned s_straddled;  // aligned budgets: candidates some pair straddles (bit k: C - k CTAs)
+  __shared__ unsigned s_tiles_or;   // aligned budgets: the OR of every pair's tile count
+  __shared__ unsigned s_not_uniform;  // aligned budgets: some non-empty pair's count differs from the first pair's
   const DecodePlanView& v = a.plan;
   const int tid = threadIdx.x;
   const int H = a.num_kv_heads;
@@ -29,26 +30,47 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   if (tid == 0) {
     s_err = 0;
     s_crowded = 0;
-    s_straddled = 0;
+    s_tiles_or = 0;
+    s_not_uniform = 0;
   }
   __syncthreads();
   ptx::grid_dependency_wait();  // PDL: seq_lens may come from the previous kernel
   ptx::launch_dependents();
 
-  // ---- tiles per pair -> exclusive prefix
+  // ---- tiles per pair -> exclusive prefix (and, for aligned budgets, what dynamic_align_unit needs)
+  const bool align = a.mode == static_cast<int>(PlanMode::kDynamic) && a.align_window_div > 0;
+  int first = 0;  // the first pair's tile count (request 0)
+  if (align && P > 0) {
+    const int64_t len = a.seq_lens[0];
+    first = num_tiles(len < 0 ? 0 : (len > capacity ? capacity : len));
+  }
+  unsigned tiles_or = 0, not_uniform = 0;
   int carry = 0;
   int err = 0;
   for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
     int t[kPlanItemsPerThread];
+    const int p0 = base + tid * kPlanItemsPerThread;
+    int b = 0, h = 0;  // request and KV head of pair p0, then stepped (one division per thread, not per item)
+    if (p0 < P) {
+      b = p0 / H;
+      h = p0 - b * H;
+    }
 #pragma unroll
     for (int i = 0; i < kPlanItemsPerThread; ++i) {
-      const int p = base + tid * kPlanItemsPerThread + i;
       t[i] = 0;
-      if (p < P) {
-        int64_t len = a.seq_lens[p / H];
+      if (p0 + i < P) {
+        int64_t len = a.seq_lens[b];
         if (len < 0 || len > capacity) err = kPlanErrorSeqLenClamped;
         len = len < 0 ? 0 : (len > capacity ? capacity : len);
         t[i] = num_tiles(len);
+        if (align) {
+          tiles_or |= static_cast<unsigned>(t[i]);
+          if (t[i] != 0 && t[i] != first) not_uniform = 1;
+        }
+      }
+      if (++h == H) {
+        h = 0;
+        ++b;
       }
     }
     int agg;
@@ -63,6 +85,12 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   }
   if (tid == 0) s_prefix[P] = carry;
   if (err) atomicOr(&s_err, err);
+  if (align) {
+    tiles_or = __reduce_or_sync(0xffffffffu, tiles_or);
+    not_uniform = __reduce_or_sync(0xffffffffu, not_uniform);
+    if ((tid & 31) == 0 && tiles_or != 0) atomicOr(&s_tiles_or, tiles_or);
+    if ((tid & 31) == 0 && not_uniform != 0) atomicOr(&s_not_uniform, not_uniform);
+  }
   __syncthreads();
   const int T = carry;
   for (int p = tid; p <= P; p += kPlanThreads) v.pair_tile_start[p] = s_prefix[p];
@@ -92,23 +120,9 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
         crowded >>= 1;
       }
     }
-    // Aligned budgets (dynamic_align_candidates): the largest of C, C - 1, ... at which every non-empty pair
-    // starts a CTA; kAlignLanes threads per pair, each testing a run of the candidates
-    // (dynamic_pair_straddle_mask), then one barrier.
-    const int na = dynamic_align_candidates(C, T, a.align_window_div);
-    if (na > 1) {
-      unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
-      int k0, k1;
-      dynamic_align_lane_range(na, tid % kAlignLanes, k0, k1);
-      for (int p = tid / kAlignLanes; p < P; p += kPlanThreads / kAlignLanes) {
-        straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, k0, k1);
-      }
-      straddled = __reduce_or_sync(0xffffffffu, straddled);
-      if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
-      __syncthreads();
-      const unsigned aligned = ~s_straddled & (na < 32 ? (1u << na) - 1u : 0xffffffffu);
-      if (aligned != 0) C -= __ffs(static_cast<int>(aligned)) - 1;  // the lowest k: the most CTAs
-    }
+    // Aligned budgets (heuristics.h): the largest multiple of T / D at or below C, within C / div of it, where D
+    // (dynamic_align_unit) divides every pair's tile count; from the first pass's reductions, no extra barrier.
+    if (align) C = dynamic_aligned_ctas(C, T, dynamic_align_unit(s_tiles_or, s_not_uniform == 0, first), a.align_window_div);
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;
@@ -208,9 +222,9 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   // for either KV dtype (kMinTilesPerCta, kMinTilesPerCtaFp8). Planner and CPU twin read it from the config.
   static const int min_tiles = env_int("HOPPERKIT_DECODE_MIN_TILES", 0, 1, kMaxMinTilesPerCta);
   if (min_tiles > 0) c.min_tiles_per_cta = min_tiles;
-  // HOPPERKIT_DECODE_ALIGN_DIV=n turns aligned budgets on with a window of C / n (kAlignWindowDiv = 8 measured;
-  // 0 = off, the default: heuristics.h says why). Planner and CPU twin read it from the config.
-  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", 0, 0, kMaxAlignWindowDiv);
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_ALIGN_DIV=n sets the window of aligned budgets to C / n
+  // (kAlignWindowDiv, the default; 0 = off). Planner and CPU twin read it from the config.
+  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", kAlignWindowDiv, 0, kMaxAlignWindowDiv);
   c.align_window_div = align_div;
   return c;
 }
