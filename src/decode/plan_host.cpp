@@ -149,17 +149,16 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       if (!crowded) break;
       C = next;
     }
-    // aligned budgets, as the device planner: the unit from pair 0's count and the OR of all counts
-    if (config.align_window_div > 0 && P > 0) {
-      const int first = prefix[1] - prefix[0];
-      uint32_t tiles_or = 0;
-      bool uniform = true;
+    // aligned budgets, as the device planner: the unit from the OR, minimum (non-zero) and maximum of the counts
+    if (config.align_window_div > 0) {
+      uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
       for (int p = 0; p < P; ++p) {
-        const int t = prefix[p + 1] - prefix[p];
-        tiles_or |= static_cast<uint32_t>(t);
-        uniform = uniform && (t == 0 || t == first);
+        const uint32_t t = static_cast<uint32_t>(prefix[p + 1] - prefix[p]);
+        tiles_or |= t;
+        tiles_max = std::max(tiles_max, t);
+        if (t != 0) tiles_min = std::min(tiles_min, t);
       }
-      C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, uniform, first), config.align_window_div);
+      C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, tiles_min, tiles_max), config.align_window_div);
     }
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);

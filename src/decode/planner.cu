@@ -20,8 +20,8 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
   __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
-  __shared__ unsigned s_tiles_or;   // aligned budgets: the OR of every pair's tile count
-  __shared__ unsigned s_not_uniform;  // aligned budgets: some non-empty pair's count differs from the first pair's
+  __shared__ unsigned s_tiles_or, s_tiles_max, s_tiles_min;  // aligned budgets: over the pairs' tile counts (the
+                                                             // minimum over non-zero ones)
   const DecodePlanView& v = a.plan;
   const int tid = threadIdx.x;
   const int H = a.num_kv_heads;
@@ -31,46 +31,51 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     s_err = 0;
     s_crowded = 0;
     s_tiles_or = 0;
-    s_not_uniform = 0;
+    s_tiles_max = 0;
+    s_tiles_min = 0xffffffffu;
   }
   __syncthreads();
   ptx::grid_dependency_wait();  // PDL: seq_lens may come from the previous kernel
   ptx::launch_dependents();
 
   // ---- tiles per pair -> exclusive prefix (and, for aligned budgets, what dynamic_align_unit needs)
+  // (from registers only: a load of the first pair's length ahead of the loop cost ~0.7 us, its latency paid
+  // before the loop's own loads went out; session 31 call 2)
   const bool align = a.mode == static_cast<int>(PlanMode::kDynamic) && a.align_window_div > 0;
-  int first = 0;  // the first pair's tile count (request 0)
-  if (align && P > 0) {
-    const int64_t len = a.seq_lens[0];
-    first = num_tiles(len < 0 ? 0 : (len > capacity ? capacity : len));
-  }
-  unsigned tiles_or = 0, not_uniform = 0;
+  unsigned tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;  // over the pairs; the minimum of non-zero counts
   int carry = 0;
   int err = 0;
   for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
     int t[kPlanItemsPerThread];
     const int p0 = base + tid * kPlanItemsPerThread;
-    int b = 0, h = 0;  // request and KV head of pair p0, then stepped (one division per thread, not per item)
+    // the items' lengths first, all loads in flight at once (loads of request 0 for items past P: in range, unused);
+    // each item's load and use inside its own branch made the compiler wait for each load before the next
+    int32_t lens[kPlanItemsPerThread] = {};
     if (p0 < P) {
-      b = p0 / H;
-      h = p0 - b * H;
+      int b = p0 / H, h = p0 - (p0 / H) * H;  // request and KV head of pair p0, then stepped (not a division per item)
+#pragma unroll
+      for (int i = 0; i < kPlanItemsPerThread; ++i) {
+        lens[i] = a.seq_lens[p0 + i < P ? b : 0];
+        if (++h == H) {
+          h = 0;
+          ++b;
+        }
+      }
     }
 #pragma unroll
     for (int i = 0; i < kPlanItemsPerThread; ++i) {
       t[i] = 0;
       if (p0 + i < P) {
-        int64_t len = a.seq_lens[b];
+        int64_t len = lens[i];
         if (len < 0 || len > capacity) err = kPlanErrorSeqLenClamped;
         len = len < 0 ? 0 : (len > capacity ? capacity : len);
         t[i] = num_tiles(len);
         if (align) {
-          tiles_or |= static_cast<unsigned>(t[i]);
-          if (t[i] != 0 && t[i] != first) not_uniform = 1;
+          const unsigned u = static_cast<unsigned>(t[i]);
+          tiles_or |= u;
+          tiles_max = u > tiles_max ? u : tiles_max;
+          tiles_min = u != 0u && u < tiles_min ? u : tiles_min;
         }
-      }
-      if (++h == H) {
-        h = 0;
-        ++b;
       }
     }
     int agg;
@@ -87,9 +92,13 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   if (err) atomicOr(&s_err, err);
   if (align) {
     tiles_or = __reduce_or_sync(0xffffffffu, tiles_or);
-    not_uniform = __reduce_or_sync(0xffffffffu, not_uniform);
-    if ((tid & 31) == 0 && tiles_or != 0) atomicOr(&s_tiles_or, tiles_or);
-    if ((tid & 31) == 0 && not_uniform != 0) atomicOr(&s_not_uniform, not_uniform);
+    tiles_max = __reduce_max_sync(0xffffffffu, tiles_max);
+    tiles_min = __reduce_min_sync(0xffffffffu, tiles_min);
+    if ((tid & 31) == 0 && tiles_or != 0) {
+      atomicOr(&s_tiles_or, tiles_or);
+      atomicMax(&s_tiles_max, tiles_max);
+      atomicMin(&s_tiles_min, tiles_min);
+    }
   }
   __syncthreads();
   const int T = carry;
@@ -122,7 +131,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     }
     // Aligned budgets (heuristics.h): the largest multiple of T / D at or below C, within C / div of it, where D
     // (dynamic_align_unit) divides every pair's tile count; from the first pass's reductions, no extra barrier.
-    if (align) C = dynamic_aligned_ctas(C, T, dynamic_align_unit(s_tiles_or, s_not_uniform == 0, first), a.align_window_div);
+    if (align) C = dynamic_aligned_ctas(C, T, dynamic_align_unit(s_tiles_or, s_tiles_min, s_tiles_max), a.align_window_div);
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;

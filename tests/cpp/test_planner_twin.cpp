@@ -126,15 +126,14 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     int expect_c = c1;
     const int div = p.cfg.align_window_div;
     if (div > 0 && T > 0 && c1 >= 2) {
-      const int first = v.pair_tile_start[1] - v.pair_tile_start[0];
       int pow2 = 1 << 30;  // the largest power of two dividing every non-zero count
-      bool uniform = first > 0;
+      int same = -1;       // the count every non-empty pair has, or 0 when they differ
       for (int q = 0; q < P; ++q) {
         const int t = v.pair_tile_start[q + 1] - v.pair_tile_start[q];
         while (t % pow2 != 0) pow2 >>= 1;
-        if (t != 0 && t != first) uniform = false;
+        if (t != 0) same = same == -1 || same == t ? t : 0;
       }
-      const int D = uniform ? first : pow2;
+      const int D = same > 0 ? same : pow2;
       ASSERT_EQ(T % D, 0);
       for (int c = c1; c >= c1 - c1 / div && c >= 1; --c) {
         if (c % (T / D) == 0) {
@@ -449,12 +448,13 @@ TEST(PlannerTwin, AlignedBudgets) {
 }
 
 TEST(PlannerTwin, AlignedUnitAndCounts) {
-  // dynamic_align_unit: pair 0's count when every non-empty pair has it, else the lowest set bit of the OR
-  EXPECT_EQ(dynamic_align_unit(0u, true, 0), 0);
-  EXPECT_EQ(dynamic_align_unit(47u, true, 47), 47);      // uniform 47-tile pairs
-  EXPECT_EQ(dynamic_align_unit(1024u | 64u, false, 1024), 64);  // one 64K request beside 4K ones
-  EXPECT_EQ(dynamic_align_unit(96u | 48u, false, 96), 16);      // a weaker unit than the gcd (48): sound, fewer counts
-  EXPECT_EQ(dynamic_align_unit(5u | 8u, true, 0), 1);    // pair 0 empty: the power-of-two part only
+  // dynamic_align_unit(or, min over non-zero, max): the count when every non-empty pair has the same, else the
+  // lowest set bit of the OR
+  EXPECT_EQ(dynamic_align_unit(0u, 0xffffffffu, 0u), 0);  // no tiles
+  EXPECT_EQ(dynamic_align_unit(47u, 47u, 47u), 47);       // uniform 47-tile pairs (empty ones beside them too)
+  EXPECT_EQ(dynamic_align_unit(1024u | 64u, 64u, 1024u), 64);  // one 64K request beside 4K ones
+  EXPECT_EQ(dynamic_align_unit(96u | 48u, 48u, 96u), 16);  // a weaker unit than the gcd (48): sound, fewer counts
+  EXPECT_EQ(dynamic_align_unit(5u | 8u, 5u, 8u), 1);
   // dynamic_aligned_ctas: the largest multiple of T / D within C / div below C
   EXPECT_EQ(dynamic_aligned_ctas(264, 4096, 64, 8), 256);   // Q 64
   EXPECT_EQ(dynamic_aligned_ctas(264, 3008, 64, 8), 235);   // Q 47
@@ -471,18 +471,17 @@ TEST(PlannerTwin, AlignedUnitAndCounts) {
     const int unit = 1 + static_cast<int>(rng() % 70);
     const int P = 1 + static_cast<int>(rng() % 300);
     std::vector<int32_t> prefix(P + 1, 0);
-    uint32_t tiles_or = 0;
+    uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
     for (int q = 0; q < P; ++q) {
       const int mult = iter % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % (iter % 2 ? 3 : 40));  // 1: uniform
       const int t = rng() % 6 == 0 ? 0 : unit * mult;
       prefix[q + 1] = prefix[q] + t;
       tiles_or |= static_cast<uint32_t>(t);
+      tiles_max = std::max<uint32_t>(tiles_max, t);
+      if (t != 0) tiles_min = std::min<uint32_t>(tiles_min, t);
     }
     const int T = prefix[P];
-    const int first = prefix[1];
-    bool uniform = true;
-    for (int q = 0; q < P; ++q) uniform = uniform && (prefix[q + 1] - prefix[q] == 0 || prefix[q + 1] - prefix[q] == first);
-    const int D = dynamic_align_unit(tiles_or, uniform, first);
+    const int D = dynamic_align_unit(tiles_or, tiles_min, tiles_max);
     if (T == 0) ASSERT_EQ(D, 0);
     if (T < 2) continue;
     ASSERT_EQ(T % D, 0);

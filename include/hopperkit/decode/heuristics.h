@@ -173,7 +173,7 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // with Q = T / D units in all, any count C' = m Q puts tile s = (s / D) T / C' exactly at the start of CTA
 // i = (s / D) m. So the plan takes the largest multiple of Q at or below C, if it lies within C / div of C
 // (dynamic_aligned_ctas). D is what the planner can learn in its first pass at no extra barrier
-// (dynamic_align_unit): the first pair's tile count if every non-empty pair has it, else the largest power of
+// (dynamic_align_unit): the pairs' tile count if every non-empty pair has the same, else the largest power of
 // two that divides every count. It fires on uniform batches and on a long request beside uniform ones; on ragged
 // batches D is small, Q > C and nothing changes.
 // Measured on an H200 (session 30 call 5, window C / 8, same-build A/B against the rule off; that build tested
@@ -188,14 +188,14 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 constexpr int kAlignWindowDiv = 8;            // the window measured (DecodePlanConfig::align_window_div; 0 = off)
 constexpr int kMaxAlignWindowDiv = 1 << 16;   // the largest divisor a plan config accepts
 
-// The unit of aligned budgets: `first` (the first pair's tile count) when it is > 0 and every non-empty pair has
-// that count (`uniform`), else the lowest set bit of `tiles_or` (the OR of every pair's tile count: the largest
-// power of two dividing them all); 0 when there are no tiles. (A common divisor, not always the greatest: pairs
-// of 96 and 48 tiles get 16, not 48; sound, with fewer counts to choose from. The planner tests equality, not
-// divisibility, to spare a division per pair.)
-HK_HD int dynamic_align_unit(uint32_t tiles_or, bool uniform, int first) {
+// The unit of aligned budgets, from the OR, the minimum over non-zero ones and the maximum of the pairs' tile
+// counts: the count itself when every non-empty pair has the same (min == max), else the lowest set bit of the OR
+// (the largest power of two dividing every count); 0 when there are no tiles. (A common divisor, not always the
+// greatest: pairs of 96 and 48 tiles get 16, not 48; sound, with fewer counts to choose from. Three reductions
+// the planner's first pass makes at no extra barrier, where a gcd would cost a loop per step.)
+HK_HD int dynamic_align_unit(uint32_t tiles_or, uint32_t min_nonzero, uint32_t max) {
   if (tiles_or == 0u) return 0;
-  if (first > 0 && uniform) return first;
+  if (min_nonzero == max) return static_cast<int>(max);
   return static_cast<int>(tiles_or & (0u - tiles_or));
 }
 
