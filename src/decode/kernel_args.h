@@ -58,7 +58,7 @@ struct PlanKernelArgs {
   int long_pair_ctas;       // dynamic: CTA cap for long pairs (dynamic_cta_cap), 0 = none
   int max_chunks_per_cta;   // dynamic: grow the CTA count while a CTA walks more chunks (dynamic_next_ctas); 0 = off
   int min_tiles_per_cta;    // dynamic: fewest tiles per CTA (dynamic_num_ctas)
-  int align_window_div;     // dynamic: aligned budgets (dynamic_align_candidates); 0 = off
+  int align_window_div;     // dynamic: aligned budgets (dynamic_aligned_ctas); 0 = off
   int static_splits;        // static: splits per pair
   int static_chunk_tiles;   // static: tiles per split
 };

@@ -149,17 +149,16 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       if (!crowded) break;
       C = next;
     }
-    // aligned budgets, as the device planner: the first k whose (C - k)-CTA plan no pair straddles
-    const int na = dynamic_align_candidates(C, T, config.align_window_div);
-    if (na > 1) {
-      uint32_t straddled = 0;
-      for (int p = 0; p < P; ++p) straddled |= dynamic_pair_straddle_mask(prefix.data(), p, T, C, 0, na);
-      for (int k = 0; k < na; ++k) {
-        if (!(straddled >> k & 1u)) {
-          C -= k;
-          break;
-        }
+    // aligned budgets, as the device planner: the unit from the OR, minimum (non-zero) and maximum of the counts
+    if (config.align_window_div > 0) {
+      uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
+      for (int p = 0; p < P; ++p) {
+        const uint32_t t = static_cast<uint32_t>(prefix[p + 1] - prefix[p]);
+        tiles_or |= t;
+        tiles_max = std::max(tiles_max, t);
+        if (t != 0) tiles_min = std::min(tiles_min, t);
       }
+      C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, tiles_min, tiles_max), config.align_window_div);
     }
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);

@@ -20,7 +20,8 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
   __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
-  __shared__ unsigned s_straddled;  // aligned budgets: candidates some pair straddles (bit k: C - k CTAs)
+  __shared__ unsigned s_tiles_or, s_tiles_max, s_tiles_min;  // aligned budgets: over the pairs' tile counts (the
+                                                             // minimum over non-zero ones)
   const DecodePlanView& v = a.plan;
   const int tid = threadIdx.x;
   const int H = a.num_kv_heads;
@@ -29,26 +30,52 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   if (tid == 0) {
     s_err = 0;
     s_crowded = 0;
-    s_straddled = 0;
+    s_tiles_or = 0;
+    s_tiles_max = 0;
+    s_tiles_min = 0xffffffffu;
   }
   __syncthreads();
   ptx::grid_dependency_wait();  // PDL: seq_lens may come from the previous kernel
   ptx::launch_dependents();
 
-  // ---- tiles per pair -> exclusive prefix
+  // ---- tiles per pair -> exclusive prefix (and, for aligned budgets, what dynamic_align_unit needs)
+  // (from registers only: a load of the first pair's length ahead of the loop cost ~0.7 us, its latency paid
+  // before the loop's own loads went out; session 31 call 2)
+  const bool align = a.mode == static_cast<int>(PlanMode::kDynamic) && a.align_window_div > 0;
+  unsigned tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;  // over the pairs; the minimum of non-zero counts
   int carry = 0;
   int err = 0;
   for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
     int t[kPlanItemsPerThread];
+    const int p0 = base + tid * kPlanItemsPerThread;
+    // the items' lengths first, all loads in flight at once (loads of request 0 for items past P: in range, unused);
+    // each item's load and use inside its own branch made the compiler wait for each load before the next
+    int32_t lens[kPlanItemsPerThread] = {};
+    if (p0 < P) {
+      int b = p0 / H, h = p0 - (p0 / H) * H;  // request and KV head of pair p0, then stepped (not a division per item)
+#pragma unroll
+      for (int i = 0; i < kPlanItemsPerThread; ++i) {
+        lens[i] = a.seq_lens[p0 + i < P ? b : 0];
+        if (++h == H) {
+          h = 0;
+          ++b;
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kPlanItemsPerThread; ++i) {
-      const int p = base + tid * kPlanItemsPerThread + i;
       t[i] = 0;
-      if (p < P) {
-        int64_t len = a.seq_lens[p / H];
+      if (p0 + i < P) {
+        int64_t len = lens[i];
         if (len < 0 || len > capacity) err = kPlanErrorSeqLenClamped;
         len = len < 0 ? 0 : (len > capacity ? capacity : len);
         t[i] = num_tiles(len);
+        if (align) {
+          const unsigned u = static_cast<unsigned>(t[i]);
+          tiles_or |= u;
+          tiles_max = u > tiles_max ? u : tiles_max;
+          tiles_min = u != 0u && u < tiles_min ? u : tiles_min;
+        }
       }
     }
     int agg;
@@ -63,6 +90,16 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   }
   if (tid == 0) s_prefix[P] = carry;
   if (err) atomicOr(&s_err, err);
+  if (align) {
+    tiles_or = __reduce_or_sync(0xffffffffu, tiles_or);
+    tiles_max = __reduce_max_sync(0xffffffffu, tiles_max);
+    tiles_min = __reduce_min_sync(0xffffffffu, tiles_min);
+    if ((tid & 31) == 0 && tiles_or != 0) {
+      atomicOr(&s_tiles_or, tiles_or);
+      atomicMax(&s_tiles_max, tiles_max);
+      atomicMin(&s_tiles_min, tiles_min);
+    }
+  }
   __syncthreads();
   const int T = carry;
   for (int p = tid; p <= P; p += kPlanThreads) v.pair_tile_start[p] = s_prefix[p];
@@ -92,23 +129,9 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
         crowded >>= 1;
       }
     }
-    // Aligned budgets (dynamic_align_candidates): the largest of C, C - 1, ... at which every non-empty pair
-    // starts a CTA; kAlignLanes threads per pair, each testing a run of the candidates
-    // (dynamic_pair_straddle_mask), then one barrier.
-    const int na = dynamic_align_candidates(C, T, a.align_window_div);
-    if (na > 1) {
-      unsigned straddled = 0;  // bit k: some pair starts inside a CTA of the (C - k)-CTA plan
-      int k0, k1;
-      dynamic_align_lane_range(na, tid % kAlignLanes, k0, k1);
-      for (int p = tid / kAlignLanes; p < P; p += kPlanThreads / kAlignLanes) {
-        straddled |= dynamic_pair_straddle_mask(s_prefix, p, T, C, k0, k1);
-      }
-      straddled = __reduce_or_sync(0xffffffffu, straddled);
-      if ((tid & 31) == 0 && straddled != 0) atomicOr(&s_straddled, straddled);
-      __syncthreads();
-      const unsigned aligned = ~s_straddled & (na < 32 ? (1u << na) - 1u : 0xffffffffu);
-      if (aligned != 0) C -= __ffs(static_cast<int>(aligned)) - 1;  // the lowest k: the most CTAs
-    }
+    // Aligned budgets (heuristics.h): the largest multiple of T / D at or below C, within C / div of it, where D
+    // (dynamic_align_unit) divides every pair's tile count; from the first pass's reductions, no extra barrier.
+    if (align) C = dynamic_aligned_ctas(C, T, dynamic_align_unit(s_tiles_or, s_tiles_min, s_tiles_max), a.align_window_div);
     for (int i = tid; i < C; i += kPlanThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;
@@ -208,9 +231,9 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   // for either KV dtype (kMinTilesPerCta, kMinTilesPerCtaFp8). Planner and CPU twin read it from the config.
   static const int min_tiles = env_int("HOPPERKIT_DECODE_MIN_TILES", 0, 1, kMaxMinTilesPerCta);
   if (min_tiles > 0) c.min_tiles_per_cta = min_tiles;
-  // HOPPERKIT_DECODE_ALIGN_DIV=n turns aligned budgets on with a window of C / n (kAlignWindowDiv = 8 measured;
-  // 0 = off, the default: heuristics.h says why). Planner and CPU twin read it from the config.
-  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", 0, 0, kMaxAlignWindowDiv);
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_ALIGN_DIV=n sets the window of aligned budgets to C / n
+  // (kAlignWindowDiv, the default; 0 = off). Planner and CPU twin read it from the config.
+  static const int align_div = env_int("HOPPERKIT_DECODE_ALIGN_DIV", kAlignWindowDiv, 0, kMaxAlignWindowDiv);
   c.align_window_div = align_div;
   return c;
 }

@@ -121,17 +121,31 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     while (limit > 0 && dynamic_next_ctas(c1, cap, T) != 0 && max_chunks_by_walk(v.pair_tile_start, P, T, c1) > limit) {
       c1 = dynamic_next_ctas(c1, cap, T);
     }
-    // aligned budgets: the largest count in [c1 - c1 / div, c1] at which every non-empty pair starts a CTA (by
-    // brute force over the CTA starts), else c1
+    // aligned budgets: the unit D (pair 0's tile count if it divides every count, else the largest power of two
+    // dividing them all), then the largest multiple of T / D in [c1 - c1 / div, c1], else c1
     int expect_c = c1;
-    const int na = dynamic_align_candidates(c1, T, p.cfg.align_window_div);
-    for (int k = 0; k < na; ++k) {
-      if (all_pairs_start_ctas(v.pair_tile_start, P, T, c1 - k)) {
-        expect_c = c1 - k;
-        break;
+    const int div = p.cfg.align_window_div;
+    if (div > 0 && T > 0 && c1 >= 2) {
+      int pow2 = 1 << 30;  // the largest power of two dividing every non-zero count
+      int same = -1;       // the count every non-empty pair has, or 0 when they differ
+      for (int q = 0; q < P; ++q) {
+        const int t = v.pair_tile_start[q + 1] - v.pair_tile_start[q];
+        while (t % pow2 != 0) pow2 >>= 1;
+        if (t != 0) same = same == -1 || same == t ? t : 0;
+      }
+      const int D = same > 0 ? same : pow2;
+      ASSERT_EQ(T % D, 0);
+      for (int c = c1; c >= c1 - c1 / div && c >= 1; --c) {
+        if (c % (T / D) == 0) {
+          expect_c = c;
+          break;
+        }
       }
     }
-    if (na == 0) ASSERT_TRUE(p.cfg.align_window_div <= 0 || c1 < 2 || T == 0 || int64_t{T} * (c1 + 1) >= (int64_t{1} << 31));
+    if (C != c1) {
+      ASSERT_TRUE(all_pairs_start_ctas(v.pair_tile_start, P, T, C)) << "aligned: every pair starts a CTA";
+      ASSERT_GE(C, c1 - c1 / div);
+    }
     ASSERT_EQ(C, expect_c) << "c0 " << c0 << " c1 " << c1;
     if (C != c1) ASSERT_EQ(max_chunks_by_walk(v.pair_tile_start, P, T, C), 1) << "aligned: one chunk per CTA";
     if (c1 == c0) {
@@ -225,6 +239,7 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     if (iter % 4 == 1) cfg.max_chunks_per_cta = static_cast<int>(rng() % 4);  // the profiling switch's values
     if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
     if (iter % 3 != 0) cfg.align_window_div = 1 + static_cast<int>(rng() % 16);  // HOPPERKIT_DECODE_ALIGN_DIV
+    if (iter % 6 == 0) cfg.align_window_div = 0;  // off (else kAlignWindowDiv, the default)
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);
@@ -350,16 +365,16 @@ TEST(PlannerTwin, ChunkRuleLeavesAlignedAndLargeBatchesAlone) {
   const Plan pm = make_plan(cfg, mix, 64, 64, 4096);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pm, mix, 64, 64));
   EXPECT_EQ(pm.v.header[kHdrNumCtas], 264);
-  // 256 x 4K: all 264 CTAs (aligned budgets, off by default, would take 256: one 64-tile pair each)
+  // 256 x 4K: 256 CTAs of one 64-tile pair each (aligned budgets, the default), 264 with them off
   const std::vector<int32_t> big(256, 4096);
   const Plan pb = make_plan(cfg, big, 64, 64, 4096);
   ASSERT_NO_FATAL_FAILURE(check_invariants(pb, big, 64, 64));
-  EXPECT_EQ(pb.v.header[kHdrNumCtas], 264);
-  DecodePlanConfig on = cfg;
-  on.align_window_div = kAlignWindowDiv;
-  const Plan pa = make_plan(on, big, 64, 64, 4096);
-  ASSERT_NO_FATAL_FAILURE(check_invariants(pa, big, 64, 64));
-  EXPECT_EQ(pa.v.header[kHdrNumCtas], 256);
+  EXPECT_EQ(pb.v.header[kHdrNumCtas], 256);
+  DecodePlanConfig off = cfg;
+  off.align_window_div = 0;
+  const Plan po = make_plan(off, big, 64, 64, 4096);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(po, big, 64, 64));
+  EXPECT_EQ(po.v.header[kHdrNumCtas], 264);
 }
 
 TEST(PlannerTwin, EmptyBatchAndAllEmpty) {
@@ -432,44 +447,53 @@ TEST(PlannerTwin, AlignedBudgets) {
   EXPECT_EQ(plan_of(ragged, F8, 264, 0, kAlignWindowDiv).v.header[kHdrNumCtas], 264);
 }
 
-TEST(PlannerTwin, StraddleMaskMatchesTheCtaStarts) {
-  // dynamic_pair_straddle_mask (one division per pair, the candidates by subtraction) against the set of
-  // dynamic_cta_begin values of each candidate count
+TEST(PlannerTwin, AlignedUnitAndCounts) {
+  // dynamic_align_unit(or, min over non-zero, max): the count when every non-empty pair has the same, else the
+  // lowest set bit of the OR
+  EXPECT_EQ(dynamic_align_unit(0u, 0xffffffffu, 0u), 0);  // no tiles
+  EXPECT_EQ(dynamic_align_unit(47u, 47u, 47u), 47);       // uniform 47-tile pairs (empty ones beside them too)
+  EXPECT_EQ(dynamic_align_unit(1024u | 64u, 64u, 1024u), 64);  // one 64K request beside 4K ones
+  EXPECT_EQ(dynamic_align_unit(96u | 48u, 48u, 96u), 16);  // a weaker unit than the gcd (48): sound, fewer counts
+  EXPECT_EQ(dynamic_align_unit(5u | 8u, 5u, 8u), 1);
+  // dynamic_aligned_ctas: the largest multiple of T / D within C / div below C
+  EXPECT_EQ(dynamic_aligned_ctas(264, 4096, 64, 8), 256);   // Q 64
+  EXPECT_EQ(dynamic_aligned_ctas(264, 3008, 64, 8), 235);   // Q 47
+  EXPECT_EQ(dynamic_aligned_ctas(264, 2944, 64, 8), 264);   // Q 46: 230 is past the window (33)
+  EXPECT_EQ(dynamic_aligned_ctas(264, 2944, 64, 7), 230);   // window 37
+  EXPECT_EQ(dynamic_aligned_ctas(264, 4096, 64, 0), 264);   // off
+  EXPECT_EQ(dynamic_aligned_ctas(264, 6400, 1, 8), 264);    // Q > C
+  EXPECT_EQ(dynamic_aligned_ctas(256, 512, 8, 8), 256);     // already a multiple
+  EXPECT_EQ(dynamic_aligned_ctas(1, 64, 64, 8), 1);
+  // every count it returns starts every pair at a CTA start, on random batches whose counts share a unit
   std::mt19937 rng(99);
+  int changed = 0;
   for (int iter = 0; iter < 3000; ++iter) {
-    const int64_t T = 2 + rng() % (iter % 3 == 0 ? 100 : 200000);
-    const int C = 2 + static_cast<int>(rng() % std::min<int64_t>(T - 1, 2000));
-    const int n = dynamic_align_candidates(C, T, 1 + static_cast<int>(rng() % 16));
-    if (n == 0) continue;
-    std::vector<std::set<int64_t>> starts(n);
-    for (int k = 0; k < n; ++k) {
-      for (int i = 0; i < C - k; ++i) starts[k].insert(dynamic_cta_begin(i, T, C - k));
+    const int unit = 1 + static_cast<int>(rng() % 70);
+    const int P = 1 + static_cast<int>(rng() % 300);
+    std::vector<int32_t> prefix(P + 1, 0);
+    uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
+    for (int q = 0; q < P; ++q) {
+      const int mult = iter % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % (iter % 2 ? 3 : 40));  // 1: uniform
+      const int t = rng() % 6 == 0 ? 0 : unit * mult;
+      prefix[q + 1] = prefix[q] + t;
+      tiles_or |= static_cast<uint32_t>(t);
+      tiles_max = std::max<uint32_t>(tiles_max, t);
+      if (t != 0) tiles_min = std::min<uint32_t>(tiles_min, t);
     }
-    for (int j = 0; j < 32; ++j) {
-      const int s = j < 4 ? std::min<int>(j, static_cast<int>(T) - 1) : static_cast<int>(rng() % T);
-      const int len = j % 5 == 4 ? 0 : 1;  // an empty pair never straddles
-      const int prefix[2] = {s, s + len};
-      const uint32_t mask = dynamic_pair_straddle_mask(prefix, 0, T, C, 0, n);
-      // the device planner's split over kAlignLanes threads gives the same bits
-      uint32_t lanes = 0;
-      for (int j = 0; j < kAlignLanes; ++j) {
-        int k0, k1;
-        dynamic_align_lane_range(n, j, k0, k1);
-        ASSERT_LE(k0, k1);
-        lanes |= dynamic_pair_straddle_mask(prefix, 0, T, C, k0, k1);
-      }
-      ASSERT_EQ(lanes, mask);
-      for (int k = 0; k < n; ++k) {
-        const bool want = s > 0 && len > 0 && starts[k].count(s) == 0;
-        ASSERT_EQ((mask >> k & 1u) != 0, want) << "T " << T << " C " << C << " k " << k << " s " << s;
-      }
-      if (n < 32) ASSERT_EQ(mask >> n, 0u);
+    const int T = prefix[P];
+    const int D = dynamic_align_unit(tiles_or, tiles_min, tiles_max);
+    if (T == 0) ASSERT_EQ(D, 0);
+    if (T < 2) continue;
+    ASSERT_EQ(T % D, 0);
+    const int C = 2 + static_cast<int>(rng() % std::min(T - 1, 999));  // 2..T, as dynamic plans
+    const int div = 1 + static_cast<int>(rng() % 16);
+    const int c = dynamic_aligned_ctas(C, T, D, div);
+    ASSERT_LE(c, C);
+    ASSERT_GE(c, C - C / div);
+    if (c != C) {
+      ++changed;
+      ASSERT_TRUE(all_pairs_start_ctas(prefix.data(), P, T, c)) << "T " << T << " C " << C << " D " << D;
     }
   }
-  EXPECT_EQ(dynamic_align_candidates(264, 4096, 16), 17);
-  EXPECT_EQ(dynamic_align_candidates(264, 4096, kAlignWindowDiv), 32);  // 34, capped at the mask's bits
-  EXPECT_EQ(dynamic_align_candidates(132, 4096, kAlignWindowDiv), 17);
-  EXPECT_EQ(dynamic_align_candidates(264, 4096, 0), 0);
-  EXPECT_EQ(dynamic_align_candidates(1, 4096, kAlignWindowDiv), 0);
-  EXPECT_EQ(dynamic_align_candidates(264, int64_t{1} << 23, kAlignWindowDiv), 0);  // T (C + 1) past 2^31
+  EXPECT_GT(changed, 100);
 }

@@ -101,8 +101,10 @@ def test_fp8_static_mode():
 def test_plan_matches_cpu_twin():
     rng = random.Random(11)
     # besides random batches, the decode scenarios' uniform ones, whose plans take aligned budgets (fewer CTAs
-    # than the cap, each starting a pair: heuristics.h, dynamic_align_candidates)
-    aligned = [[4096] * 64, [65536] + [4096] * 15, [131072] + [4096] * 31, [65536] + [4096] * 7, [4096] * 256]
+    # than the cap, each starting a pair: heuristics.h, dynamic_aligned_ctas), uniform 47-tile pairs (the unit is
+    # the first pair's count), and a uniform batch after an empty request (the power-of-two unit)
+    aligned = [[4096] * 64, [65536] + [4096] * 15, [131072] + [4096] * 31, [65536] + [4096] * 7, [4096] * 256,
+               [3000] * 64, [0] + [4096] * 63]
     for it in range(40 + len(aligned)):
         B = rng.choice([1, 3, 17, 128, 256, 1024])
         H = rng.choice([1, 2, 8])
@@ -150,8 +152,8 @@ def test_long_pairs_plan_one_cta_per_sm():
         hdr = plan.arrays()["header"].cpu()
         C = int(hdr[0])
         want = sms if expect == "sms" else plan.sm_ctas
-        # aligned budgets (heuristics.h, dynamic_align_candidates: window C / 8) may take fewer CTAs, each of
-        # which then starts a pair (the long batch here: 4032 tiles, 126 CTAs of 32 or 252 of 16)
+        # aligned budgets (heuristics.h, dynamic_aligned_ctas: window C / 8) may take fewer CTAs, each of which
+        # then starts a pair (the long batch here: 4032 tiles, 126 CTAs of 32 or 252 of 16)
         assert want - want // 8 <= C <= want, (kv, len(lens), C, want, plan.sm_ctas)
         if C < want:
             arr = plan.arrays()
@@ -162,15 +164,15 @@ def test_long_pairs_plan_one_cta_per_sm():
         assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
 
 
-def test_aligned_budgets_forced():
-    """Aligned budgets (off by default; heuristics.h, dynamic_align_candidates) on: the plan tests and the uniform
-    batches' attention tests again in a subprocess with HOPPERKIT_DECODE_ALIGN_DIV=8 (read once per process; same
+def test_aligned_budgets_off():
+    """Aligned budgets (on by default; heuristics.h, dynamic_aligned_ctas) off: the plan tests and the uniform
+    batches' attention tests again in a subprocess with HOPPERKIT_DECODE_ALIGN_DIV=0 (read once per process; same
     seed, a failure replays with HK_TEST_SEED)."""
     if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV"):
-        pytest.skip("already inside a forced run")
+        pytest.skip("already inside a run with the window set")
     import subprocess
     import sys
-    env = dict(os.environ, HOPPERKIT_DECODE_ALIGN_DIV="8", HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
+    env = dict(os.environ, HOPPERKIT_DECODE_ALIGN_DIV="0", HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
                         "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan"],
                        env=env, capture_output=True, text=True, timeout=240)

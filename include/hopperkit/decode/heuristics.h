@@ -165,65 +165,48 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
   return last >= 0 && far < T && dynamic_cta_of_tile(last, T, C) == dynamic_cta_of_tile(far, T, C);
 }
 
-// Dynamic mode, aligned budgets: where some CTA count a little below the chosen one C makes every non-empty
-// pair start where a CTA starts, the plan takes the largest such count (C - k, k <= C / div): each CTA then
-// walks one chunk, and a pair splits into as many pieces as its tiles span budgets, instead of most CTAs walking
-// the end of one pair and the start of the next (two chunk epilogues, one more piece per pair to merge). Budgets
-// stay equal within one tile. It fires on batches whose pair lengths the budget can divide (uniform lengths,
-// or a long request beside uniform ones); with many short or ragged pairs no count aligns and C stays.
-// Measured on an H200 (session 30 call 5, window C / 8, same-build A/B against the rule off): FP8 uniform_4096
-// (64 x 64 tiles, 256 CTAs of 16 instead of 264 of 15.5) 27.90 -> 25.13 us (0.901x), one_64k_15x4k (1024 + 15 x 64
-// tiles, 248 of 8) 22.12 -> 19.44 (0.879x), one_128k_31x4k 0.964x, one_64k_31x4k (235 CTAs) 0.981x, one_64k_7x4k
-// 0.987x; BF16 under the long-pair cap (132 -> 128 / 124 / 126) uniform_4096 0.979x, one_64k_15x4k 0.987x,
-// one_128k_31x4k 1.000x; every other point 0.993-1.004x. (Call 3, window C / 16: the same, without
-// one_64k_31x4k.) Counts far below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs: 1.051x,
-// call 2, the minimum tiles per CTA forced), hence a window.
-// **Off by default** (DecodePlanConfig::align_window_div = 0; HOPPERKIT_DECODE_ALIGN_DIV=8 or the config field
-// turns it on, for the planner and its twin alike): the planner's test costs the plan kernel 0.6-0.7 us, 1.2-1.3 us
-// at batch 256 (4.57 / 4.60 -> 5.76 / 5.91 us, past the 5 us there; session 30 call 5, four threads per pair
-// each testing a run of candidates); testing all candidates on one thread per pair cost ~1 us, a division per
-// candidate ~2 us, and a probe on one pair ahead of the per-pair test measured worse still (call 6). The plan runs
-// once per decode step for every layer, so on uniform batches the trade pays many times over; it stays off until
-// the test costs little enough for the 5 us target.
-constexpr int kAlignWindowDiv = 8;            // the window measured (turned on by HOPPERKIT_DECODE_ALIGN_DIV=8)
-constexpr int kAlignMaxCandidates = 32;       // candidates k = 0..31 at most: one bit each in the device planner
+// Dynamic mode, aligned budgets: where a CTA count a little below the chosen one C makes every non-empty pair
+// start where a CTA starts, the plan takes it: each CTA then walks one chunk, and a pair splits into as many
+// pieces as its tiles span budgets, instead of most CTAs walking the end of one pair and the start of the next
+// (two chunk epilogues, one more piece per pair to merge). Budgets stay equal within one tile.
+// The rule in closed form: if a unit D divides every pair's tile count, every pair starts at a multiple of D, and
+// with Q = T / D units in all, any count C' = m Q puts tile s = (s / D) T / C' exactly at the start of CTA
+// i = (s / D) m. So the plan takes the largest multiple of Q at or below C, if it lies within C / div of C
+// (dynamic_aligned_ctas). D is what the planner can learn in its first pass at no extra barrier
+// (dynamic_align_unit): the pairs' tile count if every non-empty pair has the same, else the largest power of
+// two that divides every count. It fires on uniform batches and on a long request beside uniform ones; on ragged
+// batches D is small, Q > C and nothing changes.
+// Measured on an H200 (session 30 call 5, window C / 8, same-build A/B against the rule off; that build tested
+// every candidate count on every pair, which also found these counts): FP8 uniform_4096 (64 x 64 tiles, 256 CTAs
+// of 16 instead of 264 of 15.5) 27.90 -> 25.13 us (0.901x), one_64k_15x4k (1024 + 15 x 64 tiles, 248 of 8) 22.12 ->
+// 19.44 (0.879x), one_128k_31x4k 0.964x, one_64k_31x4k (235 CTAs) 0.981x, one_64k_7x4k 0.987x; BF16 under the
+// long-pair cap (132 -> 128 / 124 / 126) uniform_4096 0.979x, one_64k_15x4k 0.987x, one_128k_31x4k 1.000x; every
+// other point 0.993-1.004x. Counts far below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs:
+// 1.051x, call 2, the minimum tiles per CTA forced), hence a window. That per-pair test cost the plan kernel
+// 0.65-1.3 us (session 30; session 31 call 1, ncu: 13.7k -> 21.2k warp instructions at batch 256), the closed form
+// a few instructions per thread.
+constexpr int kAlignWindowDiv = 8;            // the window measured (DecodePlanConfig::align_window_div; 0 = off)
 constexpr int kMaxAlignWindowDiv = 1 << 16;   // the largest divisor a plan config accepts
 
-// The aligned-budget candidates after C: k = 0..n-1 (C - k CTAs); 0 where the rule is off (div <= 0), C < 2,
-// or T * (C + 1) does not fit the 31-bit arithmetic of dynamic_pair_straddle_mask.
-HK_HD int dynamic_align_candidates(int C, int64_t T, int div) {
-  if (div <= 0 || C < 2 || T <= 0 || T * (static_cast<int64_t>(C) + 1) >= (int64_t{1} << 31)) return 0;
-  int w = C / div + 1;  // C - k >= 1 CTAs
-  if (w > C) w = C;
-  return w < kAlignMaxCandidates ? w : kAlignMaxCandidates;
+// The unit of aligned budgets, from the OR, the minimum over non-zero ones and the maximum of the pairs' tile
+// counts: the count itself when every non-empty pair has the same (min == max), else the lowest set bit of the OR
+// (the largest power of two dividing every count); 0 when there are no tiles. (A common divisor, not always the
+// greatest: pairs of 96 and 48 tiles get 16, not 48; sound, with fewer counts to choose from. Three reductions
+// the planner's first pass makes at no extra barrier, where a gcd would cost a loop per step.)
+HK_HD int dynamic_align_unit(uint32_t tiles_or, uint32_t min_nonzero, uint32_t max) {
+  if (tiles_or == 0u) return 0;
+  if (min_nonzero == max) return static_cast<int>(max);
+  return static_cast<int>(tiles_or & (0u - tiles_or));
 }
 
-// Aligned budgets seen from pair p, candidates k0 <= k < k1 (of the n = dynamic_align_candidates ones): bit k is
-// set when the pair has tiles, does not start at tile 0, and starts no CTA of the (C - k)-CTA plan. Tile s starts
-// a CTA of C' CTAs (s == dynamic_cta_begin(i) for some i) exactly when r = s C' mod T is 0 or exceeds T - C' (the
-// first multiple of T at or past s C' then lies below (s + 1) C'); r for C - k follows from r for C - k + 1 by
-// subtracting s modulo T, so one division serves a run of candidates. The device planner gives each pair
-// kAlignLanes threads, each a run of candidates: one division per candidate (a fast division) cost the plan
-// kernel ~2 us, a run of all 32 on one thread ~1 us (session 30, calls 3-4). Needs C <= T (dynamic_num_ctas and
-// dynamic_next_ctas keep it) and dynamic_align_candidates(C, T, .) > 0.
-constexpr int kAlignLanes = 4;
-HK_HD uint32_t dynamic_pair_straddle_mask(const int* prefix, int p, int64_t T, int C, int k0, int k1) {
-  const int s = prefix[p];
-  if (s <= 0 || prefix[p + 1] <= s || k0 >= k1) return 0u;
-  const uint32_t t = static_cast<uint32_t>(T), us = static_cast<uint32_t>(s);
-  uint32_t r = us * static_cast<uint32_t>(C - k0) % t;
-  uint32_t mask = 0u;
-  for (int k = k0; k < k1; ++k) {
-    if (k > k0) r = r >= us ? r - us : r + (t - us);
-    if (r != 0u && r <= t - static_cast<uint32_t>(C - k)) mask |= 1u << k;
-  }
-  return mask;
-}
-// Candidates of lane j (0 <= j < kAlignLanes) of a pair's threads: [k0, k1) of the n candidates.
-HK_HD void dynamic_align_lane_range(int n, int j, int& k0, int& k1) {
-  const int per = (n + kAlignLanes - 1) / kAlignLanes;
-  k0 = j * per < n ? j * per : n;
-  k1 = k0 + per < n ? k0 + per : n;
+// The CTA count after aligned budgets: the largest multiple of Q = T / D at or below C when it is at least
+// C - C / div, else C (also when div <= 0: the rule off). D must divide T (dynamic_align_unit does).
+HK_HD int dynamic_aligned_ctas(int C, int T, int D, int div) {
+  // Q > C (no multiple) tested first, by a product: ragged batches skip both divisions (32-bit ones)
+  if (div <= 0 || D <= 0 || C < 2 || T <= 0 || T > static_cast<int64_t>(C) * D) return C;
+  const int Q = T / D;
+  const int k = C % Q;
+  return static_cast<int64_t>(k) * div <= C ? C - k : C;
 }
 
 // Static mode: splits per pair, chosen from the batch shape alone (the classic split-KV rule: enough

@@ -71,8 +71,8 @@ struct DecodePlanConfig {
   int long_pair_ctas = 0;  // dynamic: CTA cap for batches of long pairs (dynamic_cta_cap); 0 = none
   int max_chunks_per_cta = kMaxChunksPerCta;  // dynamic: more CTAs while one would walk more chunks; 0 = off
   int min_tiles_per_cta = kMinTilesPerCta;  // dynamic: fewest tiles per CTA (kMinTilesPerCtaFp8 for FP8 KV)
-  int align_window_div = 0;  // dynamic: aligned budgets over C - C / div .. C CTAs (kAlignWindowDiv); 0 = off, the
-                             // default until the planner's test is cheaper (heuristics.h, dynamic_align_candidates)
+  int align_window_div = kAlignWindowDiv;  // dynamic: aligned budgets over C - C / div .. C CTAs (heuristics.h,
+                                          // dynamic_aligned_ctas); 0 = off
   int max_rows() const { return num_kv_heads > 0 ? max_q_len * (num_q_heads / num_kv_heads) : 0; }
   int max_pairs() const { return max_batch * num_kv_heads; }
   int partial_slots() const { return 2 * max_ctas; }
