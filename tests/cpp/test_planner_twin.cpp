@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "decode/plan_limits.h"
 #include "hopperkit/decode/plan.h"
 #include "hopperkit/error.h"
 
@@ -496,4 +497,13 @@ TEST(PlannerTwin, AlignedUnitAndCounts) {
     }
   }
   EXPECT_GT(changed, 100);
+}
+
+TEST(PlannerTwin, PlanBlockSize) {
+  // the 256-thread plan block takes batches whose pairs fit one pass of its scan (4 per thread)
+  EXPECT_EQ(plan_threads(0), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(256), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(kPlanThreadsSmall * kPlanItemsPerThread), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(kPlanThreadsSmall * kPlanItemsPerThread + 1), kPlanThreads);
+  EXPECT_EQ(plan_threads(kMaxPlanPairs), kPlanThreads);
 }
