@@ -285,7 +285,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   const int pairs = pp.batch * c.num_kv_heads;
   const size_t smem = static_cast<size_t>(pairs + 1) * sizeof(int);
   // Profiling aid (not for serving): HOPPERKIT_DECODE_PLAN_THREADS=1024 plans every batch with the 1024-thread
-  // block (plan_threads in plan_limits.h picks 256 threads for batches of at most 1024 pairs).
+  // block (plan_threads in plan_limits.h picks 256 threads for batches of at most 512 pairs).
   static const int force_threads = env_int("HOPPERKIT_DECODE_PLAN_THREADS", 0, 0, kPlanThreads);
   const int threads = force_threads == kPlanThreads ? kPlanThreads : plan_threads(pairs);
   void (*kernel)(PlanKernelArgs) =

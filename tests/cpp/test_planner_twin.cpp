@@ -500,10 +500,12 @@ TEST(PlannerTwin, AlignedUnitAndCounts) {
 }
 
 TEST(PlannerTwin, PlanBlockSize) {
-  // the 256-thread plan block takes batches whose pairs fit one pass of its scan (4 per thread)
+  // the 256-thread plan block takes batches of at most 512 pairs (measured crossover, plan_limits.h); its scan
+  // covers them in one pass (4 pairs per thread)
+  static_assert(kPlanSmallMaxPairs <= kPlanThreadsSmall * kPlanItemsPerThread, "one scan pass");
   EXPECT_EQ(plan_threads(0), kPlanThreadsSmall);
   EXPECT_EQ(plan_threads(256), kPlanThreadsSmall);
-  EXPECT_EQ(plan_threads(kPlanThreadsSmall * kPlanItemsPerThread), kPlanThreadsSmall);
-  EXPECT_EQ(plan_threads(kPlanThreadsSmall * kPlanItemsPerThread + 1), kPlanThreads);
+  EXPECT_EQ(plan_threads(512), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(513), kPlanThreads);
   EXPECT_EQ(plan_threads(kMaxPlanPairs), kPlanThreads);
 }

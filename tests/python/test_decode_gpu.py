@@ -170,7 +170,7 @@ def test_plan_switches(switch, value):
     """The plan tests and the uniform batches' attention tests again in a subprocess with a plan switch set (read
     once per process; same seed, a failure replays with HK_TEST_SEED): aligned budgets off (on by default;
     heuristics.h, dynamic_aligned_ctas), and the 1024-thread plan block for every batch (plan_limits.h,
-    plan_threads: small batches get 256 threads)."""
+    plan_threads: batches of at most 512 pairs get 256 threads)."""
     if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV") or os.environ.get("HOPPERKIT_DECODE_PLAN_THREADS"):
         pytest.skip("already inside a run with a plan switch set")
     import subprocess
