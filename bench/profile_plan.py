@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="fp8", choices=("fp8", "bf16"))
     ap.add_argument("--calls", type=int, default=20, help="--ncu: eager calls profiled")
     ap.add_argument("--block-size", type=int, default=64)
+    ap.add_argument("--kv-heads", type=int, default=1, help="KV heads (pairs = batch x KV heads; 8 query heads each)")
     ap.add_argument("--ncu", action="store_true", help="eager calls between cudaProfilerStart / Stop")
     args = ap.parse_args(argv)
     lens = parse_lens(args.lens)
@@ -42,7 +43,7 @@ def main(argv=None) -> int:
         raise SystemExit("profile_plan needs a CUDA GPU")
     import hopperkit
     kv = torch.float8_e4m3fn if args.dtype == "fp8" else torch.bfloat16
-    plan = hopperkit.DecodePlan(len(lens), 8, 1, kv_dtype=kv)
+    plan = hopperkit.DecodePlan(len(lens), 8 * args.kv_heads, args.kv_heads, kv_dtype=kv)
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     page = args.block_size
 
@@ -61,11 +62,11 @@ def main(argv=None) -> int:
         print(f"profiled {args.calls} plan.update calls; batch {len(lens)}, {C} CTAs")
         return 0
     # the benchmark's own plan row (decode_bench.plan_row: PLAN_CALLS calls per graph), so the numbers compare
-    cfg = {"num_q_heads": 8, "num_kv_heads": 1, "q_len": 1, "block_size": page}
+    cfg = {"num_q_heads": 8 * args.kv_heads, "num_kv_heads": args.kv_heads, "q_len": 1, "block_size": page}
     row = decode_bench.plan_row(args.lens, cfg, lens, args.dtype, replays=30, warmup=5)
     if not row.get("ok"):
         raise SystemExit(f"plan.update failed: {row.get('skip_reason')}")
-    print(f"plan.update {row['us']:.2f} us; batch {len(lens)}, {C} CTAs ({args.dtype})")
+    print(f"plan.update {row['us']:.2f} us; batch {len(lens)} x {args.kv_heads} KV heads, {C} CTAs ({args.dtype})")
     return 0
 
 

@@ -14,9 +14,10 @@
 namespace hopperkit {
 namespace decode {
 
-__global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKernelArgs a) {
+template <int kThreads>  // kPlanThreads, or kPlanThreadsSmall for batches of few pairs (plan_threads)
+__global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelArgs a) {
   extern __shared__ int s_prefix[];  // [P + 1]
-  using Scan = cub::BlockScan<int, kPlanThreads>;
+  using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
   __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
@@ -39,13 +40,14 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   ptx::launch_dependents();
 
   // ---- tiles per pair -> exclusive prefix (and, for aligned budgets, what dynamic_align_unit needs)
-  // (from registers only: a load of the first pair's length ahead of the loop cost ~0.7 us, its latency paid
-  // before the loop's own loads went out; session 31 call 2)
+  // (from registers only. Session 31: with a load of the first pair's length ahead of the loop, whose latency was
+  // paid before the loop's own loads went out, the rule cost the plan 0.74 us at batch 256 (call 2); without it, and
+  // with the loop's loads issued at once, 0.50 us (call 3))
   const bool align = a.mode == static_cast<int>(PlanMode::kDynamic) && a.align_window_div > 0;
   unsigned tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;  // over the pairs; the minimum of non-zero counts
   int carry = 0;
   int err = 0;
-  for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
+  for (int base = 0; base < P; base += kThreads * kPlanItemsPerThread) {
     int t[kPlanItemsPerThread];
     const int p0 = base + tid * kPlanItemsPerThread;
     // the items' lengths first, all loads in flight at once (loads of request 0 for items past P: in range, unused);
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   }
   __syncthreads();
   const int T = carry;
-  for (int p = tid; p <= P; p += kPlanThreads) v.pair_tile_start[p] = s_prefix[p];
+  for (int p = tid; p <= P; p += kThreads) v.pair_tile_start[p] = s_prefix[p];
 
   // ---- CTA ranges
   int C;
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     // the first uncrowded one (or the cap): one barrier instead of a search per CTA per doubling.
     if (a.max_chunks_per_cta > 0 && dynamic_next_ctas(C, cap, T) != 0) {
       unsigned crowded = 0;  // bit k: candidate k (C doubled k times) has a crowded CTA
-      for (int p = tid; p < P; p += kPlanThreads) {
+      for (int p = tid; p < P; p += kThreads) {
         int k = 0;  // the last candidate (no successor) needs no test
         for (int c = C, n = dynamic_next_ctas(C, cap, T); n != 0; c = n, n = dynamic_next_ctas(c, cap, T), ++k) {
           if (dynamic_pair_crowds(s_prefix, P, T, c, a.max_chunks_per_cta, p)) crowded |= 1u << k;
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     // Aligned budgets (heuristics.h): the largest multiple of T / D at or below C, within C / div of it, where D
     // (dynamic_align_unit) divides every pair's tile count; from the first pass's reductions, no extra barrier.
     if (align) C = dynamic_aligned_ctas(C, T, dynamic_align_unit(s_tiles_or, s_tiles_min, s_tiles_max), a.align_window_div);
-    for (int i = tid; i < C; i += kPlanThreads) {
+    for (int i = tid; i < C; i += kThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;
       v.cta_first_pair[i] = pair_of_tile(s_prefix, P, b);
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
   } else {
     const int S = a.static_splits;
     C = P * S;
-    for (int i = tid; i < C; i += kPlanThreads) {
+    for (int i = tid; i < C; i += kThreads) {
       const int p = i / S, s = i - (i / S) * S;
       v.cta_tile_start[i] =
           static_cast<int>(static_split_begin(s_prefix[p], s_prefix[p + 1] - s_prefix[p], s, a.static_chunk_tiles));
@@ -148,11 +150,11 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
     }
   }
   if (tid == 0) v.cta_tile_start[C] = T;
-  for (int i = tid; i < 2 * a.max_ctas; i += kPlanThreads) v.slot_counters[i] = 0;
-  for (int i = tid; i < kMaxSmSlots; i += kPlanThreads) v.sm_claims[i] = 0;
+  for (int i = tid; i < 2 * a.max_ctas; i += kThreads) v.slot_counters[i] = 0;
+  for (int i = tid; i < kMaxSmSlots; i += kThreads) v.sm_claims[i] = 0;
 
   // ---- per pair: pieces and the slot of the first piece
-  for (int p = tid; p < P; p += kPlanThreads) {
+  for (int p = tid; p < P; p += kThreads) {
     const int tiles = s_prefix[p + 1] - s_prefix[p];
     v.merge_counters[p] = 0;
     if (tiles == 0) {
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const PlanKer
 
   // ---- pairs without tiles, in order
   int ecarry = 0;
-  for (int base = 0; base < P; base += kPlanThreads * kPlanItemsPerThread) {
+  for (int base = 0; base < P; base += kThreads * kPlanItemsPerThread) {
     int f[kPlanItemsPerThread];
 #pragma unroll
     for (int i = 0; i < kPlanItemsPerThread; ++i) {
@@ -280,12 +282,19 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   a.static_splits = 1;
   a.static_chunk_tiles = 1;
   if (c.mode == PlanMode::kStatic) static_plan_shape(c, pp.batch, pp.max_seq_len, &a.static_splits, &a.static_chunk_tiles);
-  const size_t smem = static_cast<size_t>(pp.batch * c.num_kv_heads + 1) * sizeof(int);
-  HK_CUDA_CHECK(cudaFuncSetAttribute(decode_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const int pairs = pp.batch * c.num_kv_heads;
+  const size_t smem = static_cast<size_t>(pairs + 1) * sizeof(int);
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_PLAN_THREADS=1024 plans every batch with the 1024-thread
+  // block (plan_threads in plan_limits.h picks 256 threads for batches of at most 512 pairs).
+  static const int force_threads = env_int("HOPPERKIT_DECODE_PLAN_THREADS", 0, 0, kPlanThreads);
+  const int threads = force_threads == kPlanThreads ? kPlanThreads : plan_threads(pairs);
+  void (*kernel)(PlanKernelArgs) =
+      threads == kPlanThreadsSmall ? decode_plan_kernel<kPlanThreadsSmall> : decode_plan_kernel<kPlanThreads>;
+  HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kMaxPlanPairs + 1) * 4));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(kPlanThreads);
+  cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = pp.stream;
   cudaLaunchAttribute attr[1];
@@ -293,7 +302,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_plan_kernel, a));
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
   HK_CHECK_LAUNCH("decode_plan_kernel");
   return launch;
 }

@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "decode/plan_limits.h"
 #include "hopperkit/decode/plan.h"
 #include "hopperkit/error.h"
 
@@ -496,4 +497,15 @@ TEST(PlannerTwin, AlignedUnitAndCounts) {
     }
   }
   EXPECT_GT(changed, 100);
+}
+
+TEST(PlannerTwin, PlanBlockSize) {
+  // the 256-thread plan block takes batches of at most 512 pairs (measured crossover, plan_limits.h); its scan
+  // covers them in one pass (4 pairs per thread)
+  static_assert(kPlanSmallMaxPairs <= kPlanThreadsSmall * kPlanItemsPerThread, "one scan pass");
+  EXPECT_EQ(plan_threads(0), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(256), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(512), kPlanThreadsSmall);
+  EXPECT_EQ(plan_threads(513), kPlanThreads);
+  EXPECT_EQ(plan_threads(kMaxPlanPairs), kPlanThreads);
 }

@@ -60,7 +60,7 @@ SWEEP = [
     # strided caches: HND and packed K|V pages
     ("hnd", _lens("mixed", 12, 3), {"layout": "HND"}),
     ("packed_kv", _lens("mixed", 12, 4), {"layout": "packed", "block_size": 32}),
-    # uniform batches, which aligned budgets re-plan when they are on (test_aligned_budgets_forced)
+    # uniform batches, which aligned budgets re-plan (on by default; off in test_plan_switches)
     ("aligned_64x4k", [4096] * 64, {}),
     ("aligned_64k_15x4k", [65536] + [4096] * 15, {}),
 ]
@@ -164,15 +164,19 @@ def test_long_pairs_plan_one_cta_per_sm():
         assert int(hdr[8]) == int(by_sm), (kv, len(lens), hdr)
 
 
-def test_aligned_budgets_off():
-    """Aligned budgets (on by default; heuristics.h, dynamic_aligned_ctas) off: the plan tests and the uniform
-    batches' attention tests again in a subprocess with HOPPERKIT_DECODE_ALIGN_DIV=0 (read once per process; same
-    seed, a failure replays with HK_TEST_SEED)."""
-    if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV"):
-        pytest.skip("already inside a run with the window set")
+@pytest.mark.parametrize("switch,value", [("HOPPERKIT_DECODE_ALIGN_DIV", "0"), ("HOPPERKIT_DECODE_PLAN_THREADS", "1024")],
+                         ids=["aligned_budgets_off", "plan_block_1024"])
+def test_plan_switches(switch, value):
+    """The plan tests and the uniform batches' attention tests again in a subprocess with a plan switch set (read
+    once per process; same seed, a failure replays with HK_TEST_SEED): aligned budgets off (on by default;
+    heuristics.h, dynamic_aligned_ctas), and the 1024-thread plan block for every batch (plan_limits.h,
+    plan_threads: batches of at most 512 pairs get 256 threads)."""
+    if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV") or os.environ.get("HOPPERKIT_DECODE_PLAN_THREADS"):
+        pytest.skip("already inside a run with a plan switch set")
     import subprocess
     import sys
-    env = dict(os.environ, HOPPERKIT_DECODE_ALIGN_DIV="0", HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
+    env = dict(os.environ, HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
+    env[switch] = value
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
                         "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan"],
                        env=env, capture_output=True, text=True, timeout=240)
