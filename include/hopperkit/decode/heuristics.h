@@ -184,7 +184,7 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // other point 0.993-1.004x. Counts far below the cap lose the tiles' parallelism (two_32k_30x4k FP8 on 184 CTAs:
 // 1.051x, call 2, the minimum tiles per CTA forced), hence a window. That per-pair test cost the plan kernel
 // 0.65-1.3 us (session 30; session 31 call 1, ncu: 13.7k -> 21.2k warp instructions at batch 256), the closed form
-// a few instructions per thread.
+// 0.27-0.61 us on the 1024-thread plan block (session 31 call 3: 12.8k -> 15.2k), which is why it is on.
 constexpr int kAlignWindowDiv = 8;            // the window measured (DecodePlanConfig::align_window_div; 0 = off)
 constexpr int kMaxAlignWindowDiv = 1 << 16;   // the largest divisor a plan config accepts
 
