@@ -122,8 +122,9 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     while (limit > 0 && dynamic_next_ctas(c1, cap, T) != 0 && max_chunks_by_walk(v.pair_tile_start, P, T, c1) > limit) {
       c1 = dynamic_next_ctas(c1, cap, T);
     }
-    // aligned budgets: the unit D (pair 0's tile count if it divides every count, else the largest power of two
-    // dividing them all), then the largest multiple of T / D in [c1 - c1 / div, c1], else c1
+    // aligned budgets: the unit D (the count every non-empty pair has, if they all have the same, else the largest
+    // power of two dividing them all), then the largest multiple of T / D in [c1 - c1 / div, c1], else c1 (the
+    // rule's own closed form, recomputed: what this checks independently is that every pair then starts a CTA)
     int expect_c = c1;
     const int div = p.cfg.align_window_div;
     if (div > 0 && T > 0 && c1 >= 2) {
@@ -419,6 +420,12 @@ TEST(PlannerTwin, AlignedBudgets) {
       {with_long(131072, 1, 31), F8, 0, 252, 264},         // one_128k_31x4k: 4032 tiles, budgets of 16
       {with_long(32768, 2, 30), F8, 0, 264, 264},          // two_32k_30x4k: 46 x 64 tiles; 230 is past the window
       {with_long(65536, 1, 31), F8, 0, 235, 264},          // one_64k_31x4k: 3008 = 47 x 64 tiles, budgets of 64 / 5
+      {[] {  // an empty request, then 63 of 47 tiles: the common count of the non-empty pairs (Q = 63)
+         std::vector<int32_t> l(64, 3000);
+         l[0] = 0;
+         return l;
+       }(),
+       F8, 0, 252, 264},
       {std::vector<int32_t>(64, 4096), B16, 132, 128, 132},  // BF16 under the long-pair cap
       {with_long(131072, 1, 31), B16, 132, 126, 132},
       {with_long(65536, 1, 15), B16, 132, 124, 132},

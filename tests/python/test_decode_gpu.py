@@ -100,11 +100,13 @@ def test_fp8_static_mode():
 
 def test_plan_matches_cpu_twin():
     rng = random.Random(11)
-    # besides random batches, the decode scenarios' uniform ones, whose plans take aligned budgets (fewer CTAs
-    # than the cap, each starting a pair: heuristics.h, dynamic_aligned_ctas), uniform 47-tile pairs (the unit is
-    # the first pair's count), and a uniform batch after an empty request (the power-of-two unit)
-    aligned = [[4096] * 64, [65536] + [4096] * 15, [131072] + [4096] * 31, [65536] + [4096] * 7, [4096] * 256,
-               [3000] * 64, [0] + [4096] * 63]
+    # besides random batches (where the rule seldom fires), batches whose plans take aligned budgets (fewer CTAs
+    # than the cap, each starting a pair: heuristics.h, dynamic_aligned_ctas), with their KV heads: the decode
+    # scenarios' uniform ones, uniform 47-tile pairs (the unit is their common count, not a power of two), the same
+    # after an empty request (an empty pair counted in the minimum would turn the rule off there), and a uniform
+    # batch of 8 KV heads
+    aligned = [([4096] * 64, 1), ([65536] + [4096] * 15, 1), ([131072] + [4096] * 31, 1), ([65536] + [4096] * 7, 1),
+               ([4096] * 256, 1), ([3000] * 64, 1), ([0] + [3000] * 63, 1), ([0] + [4096] * 63, 1), ([4096] * 32, 8)]
     for it in range(40 + len(aligned)):
         B = rng.choice([1, 3, 17, 128, 256, 1024])
         H = rng.choice([1, 2, 8])
@@ -115,7 +117,7 @@ def test_plan_matches_cpu_twin():
         if it % 11 == 0:
             lens[-1] = -5  # untrusted: clamped and flagged
         if it >= 40:
-            lens, H = aligned[it - 40], 1
+            lens, H = aligned[it - 40]
             B = len(lens)
         max_blocks = (max(max(lens), 1) + bs - 1) // bs
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")

@@ -170,12 +170,12 @@ HK_HD bool dynamic_pair_crowds(const int* prefix, int P, int64_t T, int C, int L
 // pieces as its tiles span budgets, instead of most CTAs walking the end of one pair and the start of the next
 // (two chunk epilogues, one more piece per pair to merge). Budgets stay equal within one tile.
 // The rule in closed form: if a unit D divides every pair's tile count, every pair starts at a multiple of D, and
-// with Q = T / D units in all, any count C' = m Q puts tile s = (s / D) T / C' exactly at the start of CTA
-// i = (s / D) m. So the plan takes the largest multiple of Q at or below C, if it lies within C / div of C
+// with Q = T / D units in all, any count C' = m Q puts tile s exactly at the start of CTA i = (s / D) m (i T / C'
+// = s). So the plan takes the largest multiple of Q at or below C, if it lies within C / div of C
 // (dynamic_aligned_ctas). D is what the planner can learn in its first pass at no extra barrier
 // (dynamic_align_unit): the pairs' tile count if every non-empty pair has the same, else the largest power of
-// two that divides every count. It fires on uniform batches and on a long request beside uniform ones; on ragged
-// batches D is small, Q > C and nothing changes.
+// two that divides every count. It fires on uniform batches and on a long request beside uniform ones, of at
+// most C non-empty pairs (Q is at least their number); on ragged batches D is small, Q > C and nothing changes.
 // Measured on an H200 (session 30 call 5, window C / 8, same-build A/B against the rule off; that build tested
 // every candidate count on every pair, which also found these counts): FP8 uniform_4096 (64 x 64 tiles, 256 CTAs
 // of 16 instead of 264 of 15.5) 27.90 -> 25.13 us (0.901x), one_64k_15x4k (1024 + 15 x 64 tiles, 248 of 8) 22.12 ->
