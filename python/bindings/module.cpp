@@ -483,6 +483,7 @@ nb::dict moe_workspace_layout(int64_t tokens, int top_k, int hidden, int interme
   d["act_scale"] = l.act_scale;
   d["y"] = l.y;
   d["index_hist"] = l.index_hist;
+  d["tile_ready"] = l.tile_ready;
   d["index_chunks"] = moe::index_ctas(tokens * top_k);  // rows of index_hist when the index is built in chunks
   d["total_bytes"] = l.total_bytes;
   return d;

@@ -118,4 +118,7 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         # per-chunk expert counts + dropped, written only when the index was built in chunks (more than one)
         "index_hist": (view("index_hist", torch.int32, (off["index_chunks"], num_local_experts + 1))
                        if off["index_chunks"] > 1 else None),
+        # act columns the gate-up wrote per tile of "tiles" (swapped 16- to 48-row tiles, unless
+        # HOPPERKIT_MOE_TILE_READY=0): intermediate for each of the first num_tiles after a call
+        "tile_ready": view("tile_ready", torch.int32, ((off["total_bytes"] - off["tile_ready"]) // 4,)),
     }

@@ -238,6 +238,29 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   return old;
 }
 
+// Adds v with release semantics at GPU scope (no return value): publishes what happened-before it, including
+// other threads' writes ordered by a preceding bar.sync.
+__device__ __forceinline__ void red_add_release_gpu(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Loads with acquire semantics at GPU scope: what the releasing writer published is visible to this thread's
+// later accesses (its later TMA copies too, after fence_proxy_async_global).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// Waits until *p >= v (acquire at GPU scope), bounded as mbar_wait_bounded: a protocol slip traps.
+__device__ __forceinline__ void wait_count_at_least(const int* p, int v) {
+  for (uint32_t polls = 0; ld_acquire_gpu(p) < v; ++polls) {
+    if (polls == (1u << 26)) __trap();
+  }
+}
+// Orders this thread's generic-proxy global accesses before its later async-proxy ones (TMA) and vice versa.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 // The SM this thread runs on (not necessarily < the SM count: bound it before indexing).
 __device__ __forceinline__ unsigned sm_id() {
   unsigned r;

@@ -162,6 +162,11 @@ void fused_moe(const MoeParams& p) {
                                                                              p.num_global_experts));
   a.index_ctas = chunked ? index_ctas(index_rows) : 1;
   a.index_hist = reinterpret_cast<int32_t*>(ws + l.index_hist);
+  // Per-tile ready counts between the swapped (16- to 48-row) gate-up and down GEMMs (grouped_gemm.cuh);
+  // profiling and test aid: HOPPERKIT_MOE_TILE_READY=0 turns them off (the down then waits for the whole
+  // gate-up grid).
+  static const int tile_ready = env_int("HOPPERKIT_MOE_TILE_READY", 1, 0, 1);
+  a.tile_ready = tile_ready && a.gate_up_bm <= 48 ? reinterpret_cast<int32_t*>(ws + l.tile_ready) : nullptr;
 
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
   // the prep kernel, and the index placement when there is one).

@@ -3,9 +3,10 @@
 // A persistent grid drains the task list (tile of one expert's rows) x (block of weight rows); which tiles
 // exist is known only on the device (kernel 1 wrote them), so every CTA reads the tile count and strides over
 // the work items (task x K slice, see split_k_slices), tile fastest: CTAs running at the same time share a
-// weight block, which stays in L2 when an expert has several tiles. The block-wise 16 x 256 gate-up (one CTA
-// per SM) shares out all tasks' K steps evenly instead when its last round of whole tasks would be short
-// (stream-K: stream_k_applies in heuristics.h).
+// weight block, which stays in L2 when an expert has several tiles (the swapped gate-up: column block fastest,
+// so that its tiles complete in order for the down GEMM's per-tile wait, a.tile_ready). The block-wise 16 x 256
+// gate-up (one CTA per SM) shares out all tasks' K steps evenly instead when its last round of whole tasks
+// would be short (stream-K: stream_k_applies in heuristics.h).
 //
 // Warp roles: one producer warp (a warpgroup for 128-row tiles) fills a ring of kStages stages; kConsumerWarps
 // warps run the MMAs.
@@ -324,8 +325,22 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);  // per warp: the producer's lanes learn it from lane 0
   }
-  grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
-  launch_dependents();
+  // Per-tile ready counts (a.tile_ready, swapped tiles): the gate-up adds the act columns each of its tasks
+  // wrote to its tile's count (release, after the consumers' barrier), and the swapped down, instead of waiting
+  // for the whole gate-up grid, waits (acquire) for its item's tile to reach I before it reads the tile's act
+  // rows. No deadlock: the down grid starts only once every gate-up CTA has passed its own wait (the trigger
+  // below), so the tasks it waits on belong to CTAs that are already running. Not with split-K in the down (its
+  // partials and counters share the workspace with the gate-up's): then it waits for the grid as before.
+  // The swapped gate-up takes its tasks column block fastest (task = tile x n_blocks + block), so that tiles
+  // complete in order while its last round runs, and the down (tile fastest) finds its first tiles done.
+  constexpr bool kReadyWriter = kGateUp && C::kSwapAB;
+  constexpr bool kReadyReader = !kGateUp && C::kSwapAB;
+  // the down reads the tile count before its wait: the prep grid wrote it, complete before any gate-up CTA
+  // passed its wait, hence before this grid was launched (as kEarlyWeights above)
+  if constexpr (!kReadyReader) {
+    grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
+    launch_dependents();
+  }
   // the wide gate-up (128-row tiles) drains the 128-row tile list the index build wrote beside the other
   const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
   const int num_tiles = a.counters[BM == 128 ? 2 : 0];
@@ -333,6 +348,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // decode tiles split K when there are fewer tasks than CTAs, or just past one wave over a long K (see
   // split_k_slices); work item = (task, slice)
   const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
+  bool poll_ready = false;  // the down waits per tile, not for the gate-up grid
+  if constexpr (kReadyReader) {
+    poll_ready = a.tile_ready != nullptr && S == 1;
+    if (!poll_ready) grid_dependency_wait();
+    launch_dependents();
+  }
+  // task -> its tile (index into tile_list) and its block of output columns
+  auto tile_idx = [&](int task) { return kReadyWriter ? task / n_blocks : task % num_tiles; };
+  auto col_blk = [&](int task) { return kReadyWriter ? task % n_blocks : task / num_tiles; };
   // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
   // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
   // steps laid end to end; a task shared by two CTAs ("pieces") parks their partials at stream_k_slot and the
@@ -371,7 +395,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
   auto tile_of = [&](int it) {  // (kPrefetch kernels only: never in stream-K mode)
-    return it < items ? tile_list[(it / S) % num_tiles] : make_int4(0, 0, 0, 0);
+    return it < items ? tile_list[tile_idx(it / S)] : make_int4(0, 0, 0, 0);
   };
 
   if (producer) {
@@ -412,10 +436,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         t_after = tile_of(item + 2 * gridDim.x);
         load_tokens(t_next, tok_next);
       } else {
-        tile = tile_list[task % num_tiles];
+        tile = tile_list[tile_idx(task)];
       }
       const int e = tile.x, row_begin = tile.y, rows = tile.z;
-      const int n0 = (task / num_tiles) * cols_per_task;
+      const int n0 = col_blk(task) * cols_per_task;
       int kb0, kb1;
       item_range(item, u, kb0, kb1);
       // this thread's A chunks (cp.async path: gate-up's token rows, per-tensor swapped down's act rows by slot)
@@ -466,7 +490,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if (!weights_issued) {
             mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
           }
-          if (C::kTmaA) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
           if (weights_issued) {
           } else if (kGateUp) {
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);                   // gate rows
@@ -475,6 +498,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);
           }
         }
+        if constexpr (kReadyReader) {
+          // the item's first stage: its weights are on their way; its A rows (and block-wise their scales) once
+          // the gate-up has written the whole tile (every lane acquires for its own copies)
+          if (poll_ready && kt == kb0) {
+            wait_count_at_least(a.tile_ready + tile_idx(task), I);
+            if (C::kTmaA && pl == 0) fence_proxy_async_global();  // the A box comes by TMA (async proxy)
+          }
+        }
+        if (C::kTmaA && pl == 0) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
         const int k = kt * C::kBK;
         if constexpr (!C::kTmaA) {
 #pragma unroll
@@ -504,6 +536,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     }
     cp_async_wait<0>();  // no copy of this warp outlives it
+    // a down that waited per tile completes only after the gate-up grid (which the kernels after it rely on)
+    if constexpr (kReadyReader) {
+      if (poll_ready) grid_dependency_wait();
+    }
     return;
   }
 
@@ -547,7 +583,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
     } else {
-      tile = tile_list[task_of(item, u) % num_tiles];
+      tile = tile_list[tile_idx(task_of(item, u))];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
@@ -868,7 +904,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
-    const int n0 = (task / num_tiles) * cols_per_task;
+    const int n0 = col_blk(task) * cols_per_task;
     if (kGateUp) {
       constexpr int kHalf = C::kNT / 2;
       float h[C::kMT][kHalf][4];
@@ -976,6 +1012,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if (r < rows) {  // bytes 0 and 2 of each word are the codes (0x6420: x.b0, x.b2, y.b0, y.b2)
             *reinterpret_cast<uint32_t*>(a.act + static_cast<int64_t>(row_begin + r) * I + col + 64 * (nt / J)) =
                 __byte_perm(w.x, w.y, 0x6420);
+          }
+        }
+        if (a.tile_ready != nullptr) {  // this task's act columns (and block-wise scales) are stored: publish
+          consumer_sync();
+          if (tid == 0) {
+            fence_proxy_async_global();  // the block-wise down reads act by TMA
+            red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
           }
         }
       } else {

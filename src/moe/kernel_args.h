@@ -52,6 +52,10 @@ struct MoeKernelArgs {
   int32_t* split_counters;    // [kSplitSlices], zero between uses
   float* split_partials;      // [kSplitSlices, kSplitSliceFloats]
   int32_t* index_hist;        // [index_ctas, E + 1] when index_ctas > 1
+  // [max_tiles(bm = 16)] or null: act columns the gate-up has written per tile of `tiles` (zeroed by the index
+  // build); with swapped (16- to 48-row) tiles the down GEMM waits for a tile's count to reach I instead of
+  // waiting for the whole gate-up grid (grouped_gemm.cuh)
+  int32_t* tile_ready;
 };
 
 #if defined(__CUDACC__)

@@ -121,6 +121,9 @@ __device__ void build_index(const MoeKernelArgs& a) {
     a.counters[0] = total_tiles;
     a.counters[1] = dropped;
   }
+  if (a.tile_ready != nullptr) {
+    for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
+  }
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
     int e[kIndexBatch];
     batch_at(base, e);
@@ -330,6 +333,9 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
       if (a.gate_up_bm == 128) a.counters[2] = total_wide;
     }
     for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
+    if (a.tile_ready != nullptr) {
+      for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
+    }
   }
   __syncthreads();
   int e[kChunkPerThread];

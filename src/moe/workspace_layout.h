@@ -24,6 +24,7 @@ struct MoeWorkspaceLayout {
   size_t split_counters = 0; // int32 [kSplitSlices]: arrivals per split task (zeroed by kernel 1)
   size_t split_partials = 0; // fp32  [kSplitSlices, 32 x 256]: split-K partial tiles (swapped tiles only)
   size_t index_hist = 0;     // int32 [index_ctas(rows), E + 1]: per-chunk expert counts + dropped (> 1 chunk)
+  size_t tile_ready = 0;     // int32 [max_tiles(bm = 16)]: act columns written per tile (zeroed by kernel 1)
   size_t total_bytes = 0;
 };
 
@@ -52,6 +53,7 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
   l.split_partials = take(static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * sizeof(float));
   const int chunks = index_ctas(static_cast<int64_t>(rows));
   l.index_hist = take(chunks > 1 ? static_cast<size_t>(chunks) * (num_local_experts + 1) * sizeof(int32_t) : 0);
+  l.tile_ready = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 16)) * sizeof(int32_t));
   l.total_bytes = at;
   return l;
 }

@@ -214,6 +214,7 @@ def test_64_row_tiles_half_width_output_columns():
 # above at >= that many rows per expert run them too); "64" keeps 64-row tiles, "128" forces 128 wherever it
 # applies.
 GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
+TILE_READY_OFF = os.environ.get("HOPPERKIT_MOE_TILE_READY", "") == "0"
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", [
@@ -357,6 +358,9 @@ def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block
     n = int(v["num_tiles"])
     rows = v["tiles"][:n, 2]
     assert n > 0 and int(rows.max()) <= height, "tile heights"
+    if not TILE_READY_OFF:  # the gate-up published every tile's I act columns (the down's per-tile wait)
+        ready = v["tile_ready"][:n]
+        assert bool((ready == I).all()), f"tile_ready {ready.tolist()} (expected {I} for each of {n} tiles)"
     if kind != "uniform" or T * K // E > below:
         assert int(rows.max()) > below, f"no tile above {below} rows: the {height}-row kernels did not run"
 
@@ -381,6 +385,23 @@ FORTY_EIGHT_ROW_CASES = [
                               "many_down_tasks_30_rows", "many_tasks_23_rows"])
 def test_48_row_tiles(T, H, I, E, K, kind, ep, fp8_input):
     check_swapped_tiles(48, 32, T, H, I, E, K, kind, ep, fp8_input, False, seed=T + H + I + E + 48)
+
+
+def test_tile_ready_off():
+    """The swapped-tile and decode model-shape tests again in a subprocess with the per-tile ready counts off
+    (HOPPERKIT_MOE_TILE_READY=0, read once per process: the down GEMM waits for the whole gate-up grid), so both
+    hand-offs stay tested; same seed, a failure replays with HK_TEST_SEED."""
+    if TILE_READY_OFF:
+        pytest.skip("already inside a run with the ready counts off")
+    import subprocess
+    import sys
+    env = dict(os.environ, HK_TEST_SEED=str(RUN_SEED), HOPPERKIT_MOE_TILE_READY="0")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
+                        "test_32_row_tiles or test_48_row_tiles or test_hy3_tp8_per_tensor or test_deepseek_ep8_block"
+                        " or test_cuda_graph_routing_changes_between_replays"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
 # ------------------------------------------------------------------------------------------ model shapes
@@ -539,8 +560,11 @@ def small_problem(T, H, I, E, K, block, seed):
     return (w13, s13, w2, s2), x, (ids, tw), gen
 
 
-def test_cuda_graph_routing_changes_between_replays():
-    T, H, I, E, K = 48, 256, 256, 16, 4
+# small: few down tasks (split-K: the down waits for the gate-up grid); many_down_tasks: 16-row tiles, 16 down
+# tasks per tile (no split: the down waits per tile on the ready counts, which the index build zeroes per call)
+@pytest.mark.parametrize("T,H,I,E,K", [(48, 256, 256, 16, 4), (64, 2048, 256, 64, 8)],
+                         ids=["small", "many_down_tasks"])
+def test_cuda_graph_routing_changes_between_replays(T, H, I, E, K):
     (w13, s13, w2, s2), x, (ids, tw), gen = small_problem(T, H, I, E, K, True, 1234)
     ws = hopperkit.moe_workspace(T, K, H, I, E, True, "cuda")
     out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
