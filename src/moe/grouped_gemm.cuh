@@ -490,6 +490,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if (!weights_issued) {
             mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
           }
+          // the A box first (the swapped down's comes after its per-tile wait, below)
+          if (C::kTmaA && !kReadyReader) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
           if (weights_issued) {
           } else if (kGateUp) {
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);                   // gate rows
@@ -505,8 +507,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
             wait_count_at_least(a.tile_ready + tile_idx(task), I);
             if (C::kTmaA && pl == 0) fence_proxy_async_global();  // the A box comes by TMA (async proxy)
           }
+          if (C::kTmaA && pl == 0) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
         }
-        if (C::kTmaA && pl == 0) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
         const int k = kt * C::kBK;
         if constexpr (!C::kTmaA) {
 #pragma unroll
