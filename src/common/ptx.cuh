@@ -250,13 +250,16 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// Waits until *p >= v (acquire at GPU scope), bounded as mbar_wait_bounded: a protocol slip traps.
+// Waits until *p >= v (acquire at GPU scope), bounded (2^26 polls, seconds) as mbar_wait_bounded is: a protocol
+// slip traps instead of hanging.
 __device__ __forceinline__ void wait_count_at_least(const int* p, int v) {
   for (uint32_t polls = 0; ld_acquire_gpu(p) < v; ++polls) {
     if (polls == (1u << 26)) __trap();
   }
 }
-// Orders this thread's generic-proxy global accesses before its later async-proxy ones (TMA) and vice versa.
+// Orders this thread's generic-proxy global accesses before its later async-proxy ones (TMA) and vice versa. Data
+// another CTA published with a release: the reader's fence, after its acquire and before its TMA, is the one
+// that orders the TMA read after the writer's stores (a writer-side fence is harmless and not sufficient alone).
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }

@@ -299,9 +299,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // list it needs comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before
   // this grid was launched (PDL trigger after that wait; this holds because the down grid is only ever launched
   // right after the gate-up grid, see fused_moe() in fused_moe.cpp). Each stage's expect_tx covers the weights
-  // and the A box (TMA); the A rows follow after the wait (the main loop below skips the first pre_steps
-  // stages' weights). Not for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the
-  // 256-row down kernel would spill 4 bytes).
+  // and the A box (TMA); the A rows follow after the wait, or after the item's per-tile wait where the down
+  // waits per tile (a.tile_ready, below; the main loop below skips the first pre_steps stages' weights). Not
+  // for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the 256-row down kernel would spill
+  // 4 bytes).
   constexpr bool kEarlyWeights = !kGateUp && C::kSwapAB;
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {

@@ -24,7 +24,7 @@ struct MoeWorkspaceLayout {
   size_t split_counters = 0; // int32 [kSplitSlices]: arrivals per split task (zeroed by kernel 1)
   size_t split_partials = 0; // fp32  [kSplitSlices, 32 x 256]: split-K partial tiles (swapped tiles only)
   size_t index_hist = 0;     // int32 [index_ctas(rows), E + 1]: per-chunk expert counts + dropped (> 1 chunk)
-  size_t tile_ready = 0;     // int32 [max_tiles(bm = 16)]: act columns written per tile (zeroed by kernel 1)
+  size_t tile_ready = 0;     // int32 [max_tiles(bm = 16)]: act columns written per tile (zeroed by the index build)
   size_t total_bytes = 0;
 };
 

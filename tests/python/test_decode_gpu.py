@@ -181,7 +181,7 @@ def test_plan_switches(switch, value):
     env[switch] = value
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
                         "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan"],
-                       env=env, capture_output=True, text=True, timeout=240)
+                       env=env, capture_output=True, text=True, timeout=100)  # within the suite's 120 s per test
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
