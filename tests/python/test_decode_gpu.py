@@ -11,6 +11,7 @@ import torch
 
 import hopperkit
 from decode_cases import check, make_case, make_plan, run
+from subprocess_rerun import rerun_with_env
 
 pytestmark = pytest.mark.gpu
 
@@ -175,15 +176,9 @@ def test_plan_switches(switch, value):
     plan_threads: batches of at most 512 pairs get 256 threads)."""
     if os.environ.get("HOPPERKIT_DECODE_ALIGN_DIV") or os.environ.get("HOPPERKIT_DECODE_PLAN_THREADS"):
         pytest.skip("already inside a run with a plan switch set")
-    import subprocess
-    import sys
-    env = dict(os.environ, HK_TEST_SEED=os.environ.get("HK_TEST_SEED", "1"))
-    env[switch] = value
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan"],
-                       env=env, capture_output=True, text=True, timeout=100)  # within the suite's 120 s per test
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+    out = rerun_with_env(__file__, "aligned or test_plan_matches_cpu_twin or test_long_pairs_plan",
+                         {"HK_TEST_SEED": os.environ.get("HK_TEST_SEED", "1"), switch: value})
+    assert " passed" in out and " failed" not in out, out[-2000:]
 
 
 @pytest.mark.parametrize("kind", ["mixed", "one_long", "tile_edges"])
@@ -216,15 +211,10 @@ def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
 def test_by_sm_one_claimer_runs_every_item():
     """The by-SM tests again in a subprocess with HOPPERKIT_DECODE_DEBUG=4: only block 0 claims, so one CTA runs
     all of a plan's items in sequence (read once per process, hence the subprocess)."""
-    import subprocess
-    import sys
-    env = dict(os.environ, HOPPERKIT_DECODE_DEBUG="4", HK_TEST_SEED=str(RUN_SEED))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        "by_sm_claims"], env=env, capture_output=True, text=True, timeout=100)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    if "3 skipped" in r.stdout:
+    out = rerun_with_env(__file__, "by_sm_claims", {"HOPPERKIT_DECODE_DEBUG": "4", "HK_TEST_SEED": str(RUN_SEED)})
+    if "3 skipped" in out:
         pytest.skip("no plan is claimed by SM on this GPU (one attention CTA per SM)")
-    assert "3 passed" in r.stdout, r.stdout[-2000:]
+    assert "3 passed" in out, out[-2000:]
 
 
 def test_plan_kernel_reuse_across_layers_and_bitwise_determinism():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import hopperkit
+from subprocess_rerun import rerun_with_env
 from hopperkit import _core
 from hopperkit.reference import (activation_code_slack, allowed_code_differences, check_activation_codes,
                                  fp8_quantize_reference, fused_moe_reference, moe_reference_from_kernel_codes)
@@ -259,16 +260,11 @@ def test_gate_up_tile_heights_forced(bm, scaling):
     long for a subprocess inside the per-test limit.)"""
     if GATE_UP_BM:
         pytest.skip("already inside a forced run")
-    import subprocess
-    import sys
-    env = dict(os.environ, HOPPERKIT_MOE_GATEUP_BM=bm, HK_TEST_SEED=str(RUN_SEED))
-    # "block" names the block-scaled parametrisations; within the suite's 120 s per test
+    # "block" names the block-scaled parametrisations
     pick = "block" if scaling == "block" else "not block"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        f"(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and {pick} and not many_tokens"],
-                       env=env, capture_output=True, text=True, timeout=100)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+    tests = f"(64_row_tiles or 256_row_tiles or wide_gate_up or stages_match) and {pick} and not many_tokens"
+    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_GATEUP_BM": bm, "HK_TEST_SEED": str(RUN_SEED)})
+    assert " passed" in out and " failed" not in out, out[-2000:]
 
 
 # Tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each (split_k_slices in
@@ -393,15 +389,10 @@ def test_tile_ready_off():
     hand-offs stay tested; same seed, a failure replays with HK_TEST_SEED."""
     if TILE_READY_OFF:
         pytest.skip("already inside a run with the ready counts off")
-    import subprocess
-    import sys
-    env = dict(os.environ, HK_TEST_SEED=str(RUN_SEED), HOPPERKIT_MOE_TILE_READY="0")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        "test_32_row_tiles or test_48_row_tiles or test_hy3_tp8_per_tensor or test_deepseek_ep8_block"
-                        " or test_cuda_graph_routing_changes_between_replays"],
-                       env=env, capture_output=True, text=True, timeout=100)  # within the suite's 120 s per test
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+    out = rerun_with_env(__file__, "test_32_row_tiles or test_48_row_tiles or test_hy3_tp8_per_tensor or "
+                         "test_deepseek_ep8_block or test_cuda_graph_routing_changes_between_replays",
+                         {"HK_TEST_SEED": str(RUN_SEED), "HOPPERKIT_MOE_TILE_READY": "0"})
+    assert " passed" in out and " failed" not in out, out[-2000:]
 
 
 # ------------------------------------------------------------------------------------------ model shapes
@@ -485,16 +476,11 @@ def check_wide_tiles(v, block, bm, rows, E_global, counts, off):
 def test_index_chunks_forced():
     """The chunked routing index below its default threshold: the index tests again in a subprocess with
     HOPPERKIT_MOE_INDEX=chunks (the switch is read once per process)."""
-    import subprocess
-    import sys
-    # the same seed (a failure replays with HK_TEST_SEED), and a time limit below the suite's per-test one
-    env = dict(os.environ, HOPPERKIT_MOE_INDEX="chunks", HK_TEST_SEED=str(RUN_SEED))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        "across_chunks or stages_match_reference"], env=env, capture_output=True, text=True,
-                       timeout=100)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    # the same seed (a failure replays with HK_TEST_SEED)
+    out = rerun_with_env(__file__, "across_chunks or stages_match_reference",
+                         {"HOPPERKIT_MOE_INDEX": "chunks", "HK_TEST_SEED": str(RUN_SEED)})
     want = len(INDEX_CHUNK_CASES) + 2 * len(STAGE_TOKENS)
-    assert f"{want} passed" in r.stdout, r.stdout[-2000:]
+    assert f"{want} passed" in out, out[-2000:]
 
 
 INDEX_CHUNK_CASES = [(1024, 4, "uniform", 64), (1025, 4, "skewed", 64), (2049, 4, "uniform", 64),

@@ -11,6 +11,7 @@ import torch
 import hopperkit
 from hopperkit.reference import attention_prologue_reference
 from decode_cases import check as check_decode, Case, make_plan
+from subprocess_rerun import rerun_with_env
 
 pytestmark = pytest.mark.gpu
 
@@ -172,13 +173,8 @@ def test_each_kernel_forced(kernel):
     with HOPPERKIT_PROLOGUE_KERNEL set (same seed; a failure replays with HK_TEST_SEED)."""
     if os.environ.get("HOPPERKIT_PROLOGUE_KERNEL"):
         pytest.skip("already inside a forced run")
-    import subprocess
-    import sys
-    env = dict(os.environ, HOPPERKIT_PROLOGUE_KERNEL=kernel, HK_TEST_SEED=str(RUN_SEED))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-                        FORCED_SUBSET], env=env, capture_output=True, text=True, timeout=100)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+    out = rerun_with_env(__file__, FORCED_SUBSET, {"HOPPERKIT_PROLOGUE_KERNEL": kernel, "HK_TEST_SEED": str(RUN_SEED)})
+    assert " passed" in out and " failed" not in out, out[-2000:]
 
 
 @pytest.mark.parametrize("T", [10, 2801])
