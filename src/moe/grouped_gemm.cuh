@@ -354,6 +354,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     poll_ready = a.tile_ready != nullptr && S == 1;
     if (!poll_ready) grid_dependency_wait();
     launch_dependents();
+    if (blockIdx.x == 0 && tid == 0) a.counters[3] = poll_ready ? 1 : 0;  // which hand-off ran (tests read it)
   }
   // task -> its tile (index into tile_list) and its block of output columns
   auto tile_idx = [&](int task) { return kReadyWriter ? task / n_blocks : task % num_tiles; };

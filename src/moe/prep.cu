@@ -120,6 +120,7 @@ __device__ void build_index(const MoeKernelArgs& a) {
     a.expert_offset[E] = total_rows;
     a.counters[0] = total_tiles;
     a.counters[1] = dropped;
+    a.counters[3] = 0;  // the swapped down sets 1 when it waits per tile (grouped_gemm.cuh)
   }
   if (a.tile_ready != nullptr) {
     for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
@@ -331,6 +332,7 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
       a.expert_offset[E] = total_rows;
       a.counters[0] = total_tiles;
       if (a.gate_up_bm == 128) a.counters[2] = total_wide;
+      a.counters[3] = 0;  // the swapped down sets 1 when it waits per tile (grouped_gemm.cuh)
     }
     for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
     if (a.tile_ready != nullptr) {

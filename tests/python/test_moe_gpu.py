@@ -216,6 +216,9 @@ def test_64_row_tiles_half_width_output_columns():
 # applies.
 GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
 TILE_READY_OFF = os.environ.get("HOPPERKIT_MOE_TILE_READY", "") == "0"
+# no tile-height or split switch set: the hand-off a case takes follows from its shape alone
+DEFAULT_TILES = not any(os.environ.get(v) for v in ("HOPPERKIT_MOE_GATEUP_BM", "HOPPERKIT_MOE_BLOCK_M",
+                                                    "HOPPERKIT_MOE_SPLIT", "HOPPERKIT_MOE_NO_SPLIT"))
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", [
@@ -354,9 +357,12 @@ def check_swapped_tiles(height, below, T, H, I, E, K, kind, ep, fp8_input, block
     n = int(v["num_tiles"])
     rows = v["tiles"][:n, 2]
     assert n > 0 and int(rows.max()) <= height, "tile heights"
+    ready = v["tile_ready"][:n]
     if not TILE_READY_OFF:  # the gate-up published every tile's I act columns (the down's per-tile wait)
-        ready = v["tile_ready"][:n]
         assert bool((ready == I).all()), f"tile_ready {ready.tolist()} (expected {I} for each of {n} tiles)"
+    else:  # switched off: neither side touched them (the workspace poison, -1, is left)
+        assert bool((ready == -1).all()) and int(v["down_polled"]) == 0, \
+            f"tile_ready {ready.tolist()}, down_polled {int(v['down_polled'])} with the switch off"
     if kind != "uniform" or T * K // E > below:
         assert int(rows.max()) > below, f"no tile above {below} rows: the {height}-row kernels did not run"
 
@@ -398,7 +404,13 @@ def test_tile_ready_off():
 # ------------------------------------------------------------------------------------------ model shapes
 @pytest.mark.parametrize("T", [1, 4, 64, 257, 512])
 def test_hy3_tp8_per_tensor(T):  # 512 tokens: 32-row tiles (I = 192, 22 rows per expert)
-    run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
+    from hopperkit.moe import _workspace_views
+    _, _, ws = run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
+    # the down's hand-off: per tile (tile_ready) from 4 tokens (31+ tiles x 16 down tasks each: no split-K); at 1
+    # token (8 tiles: 128 down tasks, split-K) it waits for the gate-up grid
+    polled = int(_workspace_views(ws, T, 8, 4096, 192, 192)["down_polled"])
+    if DEFAULT_TILES:
+        assert polled == (0 if TILE_READY_OFF or T < 4 else 1), f"down_polled {polled} at {T} tokens"
 
 
 def test_deepseek_tp8_per_tensor_long_k():
@@ -528,6 +540,13 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E)
             for i in range(int(tiles_per[e]))]
     assert [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()] == want
+    if bm <= 48 and not TILE_READY_OFF:
+        # the ready counts of the swapped tiles: I each, and again I (not 2 I) after a second call on the same
+        # workspace, which the index build (in chunks: the placement kernel) zeroes first
+        assert bool((v["tile_ready"][:n_tiles] == I).all()), f"tile_ready {v['tile_ready'][:n_tiles].tolist()}"
+        hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, expert_map=expert_map, workspace=ws)
+        torch.cuda.synchronize()
+        assert bool((v["tile_ready"][:n_tiles] == I).all()), "tile_ready after a second call"
     sorted_rows = v["sorted_rows"][:int(off[E])].long()
     for e in range(E):
         seg = sorted_rows[off[e]:off[e + 1]].sort().values
@@ -570,6 +589,11 @@ def test_cuda_graph_routing_changes_between_replays(T, H, I, E, K):
         ref = moe_reference_from_kernel_codes(ws, x, ids, tw, w13, w2, s13, s2)  # checks the codes first
         rel = ((out.float() - ref).norm() / ref.norm()).item()
         assert rel < 1e-2, f"{kind}: relative error {rel:.3e} after replay"
+        if DEFAULT_TILES:  # which hand-off the replay took (the parametrisation's comment)
+            from hopperkit.moe import _workspace_views
+            polled = int(_workspace_views(ws, T, K, H, I, E)["down_polled"])
+            want = 1 if H == 2048 and not TILE_READY_OFF else 0
+            assert polled == want, f"{kind}: down_polled {polled}, expected {want}"
 
 
 def test_opcheck_and_compile():
