@@ -1,4 +1,5 @@
-// The size of a persistent grid (host only): the MoE GEMMs and reduce, the prologue's pair kernel; the SM count.
+// The size of a persistent grid (host only): the MoE GEMMs and reduce, the prologue's pair kernel; the SM count;
+// a kernel's dynamic shared memory limit, raised once per device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,12 +12,18 @@ namespace hopperkit {
 
 constexpr int kMaxDevices = 64;  // per-device launch caches (resident CTAs) hold this many devices
 
-// SMs of the current device, queried on the first call per device and cached (host only).
-inline int device_sm_count() {
-  static std::atomic<int> cache[kMaxDevices] = {};
+// The current device's ordinal, checked against the per-device caches' size.
+inline int current_device() {
   int dev = 0;
   HK_CUDA_CHECK(cudaGetDevice(&dev));
   HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  return dev;
+}
+
+// SMs of the current device, queried on the first call per device and cached (host only).
+inline int device_sm_count() {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  const int dev = current_device();
   int sms = cache[dev].load(std::memory_order_acquire);
   if (sms == 0) {
     HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -31,9 +38,7 @@ inline int device_sm_count() {
 template <class Kernel>
 int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (&cache)[kMaxDevices],
                   const char* what) {
-  int dev = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&dev));
-  HK_CHECK(kDevice, dev >= 0 && dev < kMaxDevices, "device", "an ordinal below 64", dev);
+  const int dev = current_device();
   int res = cache[dev].load(std::memory_order_acquire);
   if (res == 0) {
     if (smem_bytes > 0) {
@@ -46,6 +51,18 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (
     cache[dev].store(res, std::memory_order_release);
   }
   return res;
+}
+
+// Raises `kernel`'s dynamic shared memory limit to `smem_bytes` on the current device on the first call per
+// device (`done`: one flag array per kernel and limit), so that launches do not pay a cudaFuncSetAttribute
+// each. The attribute belongs to the function in the device's primary context, the one the runtime API uses.
+template <class Kernel>
+void set_max_dynamic_smem_once(Kernel kernel, int smem_bytes, std::atomic<int> (&done)[kMaxDevices]) {
+  const int dev = current_device();
+  if (done[dev].load(std::memory_order_acquire) == 0) {
+    HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    done[dev].store(1, std::memory_order_release);
+  }
 }
 
 }  // namespace hopperkit

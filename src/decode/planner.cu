@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "common/env_switch.h"
+#include "common/resident_ctas.h"
 #include "common/ptx.cuh"
 #include "decode/kernel_args.h"
 #include "decode/plan_limits.h"
@@ -290,8 +291,9 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   const int threads = force_threads == kPlanThreads ? kPlanThreads : plan_threads(pairs);
   void (*kernel)(PlanKernelArgs) =
       threads == kPlanThreadsSmall ? decode_plan_kernel<kPlanThreadsSmall> : decode_plan_kernel<kPlanThreads>;
-  HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kMaxPlanPairs + 1) * 4));
+  static std::atomic<int> smem_set[2][kMaxDevices] = {};  // per block size and device
+  set_max_dynamic_smem_once(kernel, static_cast<int>(kMaxPlanPairs + 1) * 4,
+                            smem_set[threads == kPlanThreadsSmall ? 0 : 1]);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(1);
   cfg.blockDim = dim3(threads);

@@ -1,6 +1,7 @@
 // hopperkit decode attention: defines one compiled variant (included by exactly one file under variants/).
 #pragma once
 
+#include "common/resident_ctas.h"
 #include "decode/attention_kernel.cuh"
 #include "decode/variants.h"
 #include "hopperkit/error.h"
@@ -14,8 +15,8 @@
   void launch_##name(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,     \
                      cudaStream_t stream) {                                                                 \
     auto kernel = decode_attention_kernel<Traits_##name>;                                                   \
-    HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                       Traits_##name::kSmemBytes));                                         \
+    static std::atomic<int> smem_set[kMaxDevices] = {}; /* the smem limit, raised once per device */        \
+    set_max_dynamic_smem_once(kernel, Traits_##name::kSmemBytes, smem_set);                                 \
     cudaLaunchConfig_t cfg = {};                                                                            \
     cfg.gridDim = dim3(grid);                                                                               \
     cfg.blockDim = dim3(kThreads);                                                                          \
