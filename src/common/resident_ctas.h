@@ -55,7 +55,8 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (
 
 // Raises `kernel`'s dynamic shared memory limit to `smem_bytes` on the current device on the first call per
 // device (`done`: one flag array per kernel and limit), so that launches do not pay a cudaFuncSetAttribute
-// each. The attribute belongs to the function in the device's primary context, the one the runtime API uses.
+// each. The attribute belongs to the function in a context: the flags assume one context per device (the
+// runtime's primary one, as torch uses); a launch in another context without it fails its launch check.
 template <class Kernel>
 void set_max_dynamic_smem_once(Kernel kernel, int smem_bytes, std::atomic<int> (&done)[kMaxDevices]) {
   const int dev = current_device();

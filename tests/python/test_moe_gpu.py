@@ -216,9 +216,11 @@ def test_64_row_tiles_half_width_output_columns():
 # applies.
 GATE_UP_BM = os.environ.get("HOPPERKIT_MOE_GATEUP_BM", "")
 TILE_READY_OFF = os.environ.get("HOPPERKIT_MOE_TILE_READY", "") == "0"
-# no tile-height or split switch set: the hand-off a case takes follows from its shape alone
-DEFAULT_TILES = not any(os.environ.get(v) for v in ("HOPPERKIT_MOE_GATEUP_BM", "HOPPERKIT_MOE_BLOCK_M",
-                                                    "HOPPERKIT_MOE_SPLIT", "HOPPERKIT_MOE_NO_SPLIT"))
+# no switch of the tile heights, tile widths, split rule or stages that run is in the environment (some act when
+# merely set): the hand-off a case takes follows from its shape alone
+DEFAULT_TILES = not any(v in os.environ for v in (
+    "HOPPERKIT_MOE_GATEUP_BM", "HOPPERKIT_MOE_BLOCK_M", "HOPPERKIT_MOE_SPLIT", "HOPPERKIT_MOE_NO_SPLIT",
+    "HOPPERKIT_MOE_DOWN_BN", "HOPPERKIT_MOE_NARROW_TILES", "HOPPERKIT_MOE_STAGES"))
 
 
 @pytest.mark.parametrize("T,H,I,E,K,kind,ep,fp8_input,block", [
@@ -406,8 +408,8 @@ def test_tile_ready_off():
 def test_hy3_tp8_per_tensor(T):  # 512 tokens: 32-row tiles (I = 192, 22 rows per expert)
     from hopperkit.moe import _workspace_views
     _, _, ws = run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
-    # the down's hand-off: per tile (tile_ready) from 4 tokens (31+ tiles x 16 down tasks each: no split-K); at 1
-    # token (8 tiles: 128 down tasks, split-K) it waits for the gate-up grid
+    # the down's hand-off: per tile (tile_ready) from 4 tokens (at least 9 tiles x 16 down tasks each over 264
+    # CTAs: no split-K); at 1 token (8 tiles: 128 down tasks, S = 2) it waits for the gate-up grid
     polled = int(_workspace_views(ws, T, 8, 4096, 192, 192)["down_polled"])
     if DEFAULT_TILES:
         assert polled == (0 if TILE_READY_OFF or T < 4 else 1), f"down_polled {polled} at {T} tokens"
@@ -542,7 +544,8 @@ def test_routing_index_across_chunks(T, K, kind, E_global):
     assert [tuple(r[:3]) for r in v["tiles"][:n_tiles].tolist()] == want
     if bm <= 48 and not TILE_READY_OFF:
         # the ready counts of the swapped tiles: I each, and again I (not 2 I) after a second call on the same
-        # workspace, which the index build (in chunks: the placement kernel) zeroes first
+        # workspace, which the index build zeroes first (the one-CTA build by default; the placement kernel in
+        # test_index_chunks_forced's rerun with HOPPERKIT_MOE_INDEX=chunks)
         assert bool((v["tile_ready"][:n_tiles] == I).all()), f"tile_ready {v['tile_ready'][:n_tiles].tolist()}"
         hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, expert_map=expert_map, workspace=ws)
         torch.cuda.synchronize()
@@ -597,7 +600,7 @@ def test_cuda_graph_routing_changes_between_replays(T, H, I, E, K):
             # the block-wise 16 x 128 down: tasks = tiles x H / 128; grid = min(resident CTAs (2 per SM), the
             # task bound max_tiles x H / 128); split_k_slices: S = min(grid // tasks, I / 128). The routing sets
             # the tile count, so which hand-off runs depends on the kind at 'small' (grid 56: split below 29
-            # tasks); 'many_down_tasks' has >= 1024 tasks and never splits.
+            # tasks); 'many_down_tasks' has >= 512 tasks (32+ tiles x 16) and never splits.
             n_blocks = H // 128
             max_tasks = ((T * K + 15) // 16 + E) * n_blocks
             grid = min(max_tasks, 2 * torch.cuda.get_device_properties(0).multi_processor_count)
