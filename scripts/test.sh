@@ -18,6 +18,11 @@ TRACE_FLAGS=(-std=c++17 -O3 -Iinclude -Isrc -Ibuild/cpp-tests/generated -DHOPPER
 $NVCC "${TRACE_FLAGS[@]}" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
   -c src/decode/variants/attention_bf16_r16.cu -o build/cpp-tests/trace_check_kernel.o
 $NVCC "${TRACE_FLAGS[@]}" -c src/decode/attention_launch.cpp -o build/cpp-tests/trace_check_launch.o
+echo "== MoE trace build (HOPPERKIT_MOE_TRACE): compile check of the down GEMM's kernels and the launcher"
+MOE_TRACE_FLAGS=(-std=c++17 -O3 -Iinclude -Isrc -Ibuild/cpp-tests/generated -DHOPPERKIT_MOE_TRACE=1)
+$NVCC "${MOE_TRACE_FLAGS[@]}" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+  -c src/moe/gemm_down.cu -o build/cpp-tests/moe_trace_check_kernel.o
+$NVCC "${MOE_TRACE_FLAGS[@]}" -c src/moe/fused_moe.cpp -o build/cpp-tests/moe_trace_check_launch.o
 echo "== micro-benchmarks (bench/micro): compile check"
 for m in weight_stream down_stream cta_placement; do
   $NVCC -std=c++17 -O3 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a bench/micro/$m.cu \

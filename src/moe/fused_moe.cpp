@@ -11,6 +11,31 @@
 #include "moe/routing_checks.h"
 #include "moe/workspace_layout.h"
 
+#ifdef HOPPERKIT_MOE_TRACE
+#include <algorithm>
+
+#include "moe/trace.h"
+namespace {
+unsigned long long* g_moe_trace = nullptr;  // [2 GEMMs][kMoeTraceMaxCtas][kMoeTraceSlots], at the first traced call
+int g_moe_trace_grid[2] = {0, 0};           // CTAs of the last traced launch of each GEMM
+}  // namespace
+
+// Profiling builds only: copies the last call's per-CTA events of one GEMM (which: 0 gate-up, 1 down; moe/trace.h)
+// to `host` ([max_ctas, kMoeTraceSlots] u64) after synchronising the device. Returns the CTAs written, or -1.
+extern "C" __attribute__((visibility("default"))) int hopperkit_moe_trace_read(unsigned long long* host, int which,
+                                                                              int max_ctas) {
+  using namespace hopperkit::moe;
+  if (g_moe_trace == nullptr || host == nullptr || which < 0 || which > 1) return -1;
+  const int n = std::min(g_moe_trace_grid[which], max_ctas);
+  if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+  const size_t row = sizeof(unsigned long long) * kMoeTraceSlots;
+  if (cudaMemcpy(host, g_moe_trace + static_cast<size_t>(which) * kMoeTraceMaxCtas * kMoeTraceSlots, row * n,
+                 cudaMemcpyDeviceToHost) != cudaSuccess)
+    return -1;
+  return n;
+}
+#endif
+
 namespace hopperkit {
 namespace moe {
 
@@ -181,8 +206,23 @@ void fused_moe(const MoeParams& p) {
   const MoeGemmPlan gate_up = stages >= 2 ? plan_moe_gate_up(a) : MoeGemmPlan{};
   const MoeGemmPlan down = stages >= 3 ? plan_moe_down(a) : MoeGemmPlan{};
   launch_moe_prep(a, p.stream);
+#ifdef HOPPERKIT_MOE_TRACE
+  // profiling builds: each GEMM's CTAs record their events in rows of their own (a grid past the buffer: none)
+  if (g_moe_trace == nullptr) {
+    HK_CUDA_CHECK(cudaMalloc(&g_moe_trace, sizeof(unsigned long long) * 2 * kMoeTraceMaxCtas * kMoeTraceSlots));
+    HK_CUDA_CHECK(cudaMemset(g_moe_trace, 0, sizeof(unsigned long long) * 2 * kMoeTraceMaxCtas * kMoeTraceSlots));
+  }
+  MoeKernelArgs a_up = a, a_down = a;
+  a_up.trace = gate_up.grid <= kMoeTraceMaxCtas ? g_moe_trace : nullptr;
+  a_down.trace = down.grid <= kMoeTraceMaxCtas ? g_moe_trace + kMoeTraceMaxCtas * kMoeTraceSlots : nullptr;
+  g_moe_trace_grid[0] = a_up.trace ? static_cast<int>(gate_up.grid) : 0;
+  g_moe_trace_grid[1] = a_down.trace && stages >= 3 ? static_cast<int>(down.grid) : 0;
+  if (stages >= 2) launch_moe_gate_up(a_up, gate_up, p.stream);
+  if (stages >= 3) launch_moe_down(a_down, down, p.stream);
+#else
   if (stages >= 2) launch_moe_gate_up(a, gate_up, p.stream);
   if (stages >= 3) launch_moe_down(a, down, p.stream);
+#endif
   if (stages >= 4) launch_moe_reduce(a, p.stream);
 }
 

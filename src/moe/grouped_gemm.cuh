@@ -46,6 +46,22 @@
 #include "hopperkit/moe/heuristics.h"
 #include "moe/kernel_args.h"
 
+// Per-CTA event trace (moe/trace.h): compiled only with -DHOPPERKIT_MOE_TRACE.
+#ifdef HOPPERKIT_MOE_TRACE
+#include "moe/trace.h"
+#define HK_MT_ONLY(...) __VA_ARGS__
+#define HK_MT_SET(ev, val)                                                                                \
+  do {                                                                                                    \
+    if (a.trace) a.trace[blockIdx.x * kMoeTraceSlots + (ev)] = static_cast<unsigned long long>(val);    \
+  } while (0)
+#else
+#define HK_MT_ONLY(...)
+#define HK_MT_SET(ev, val) \
+  do {                     \
+  } while (0)
+#endif
+#define HK_MT(ev) HK_MT_SET(ev, globaltimer())
+
 namespace hopperkit {
 namespace moe {
 
@@ -269,6 +285,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   __shared__ int s_last_slice;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  HK_MT_ONLY(const unsigned long long tr_entry = globaltimer();)
   // the producer's threads, and each one's index in it (a one-warp producer's index is its lane: said so, the
   // one-warp kernels compile as before, 8-10 registers fewer in the 16-row down kernels)
   const bool producer = C::kProducerThreads == 32 ? warp == C::kConsumerWarps : warp >= C::kConsumerWarps;
@@ -356,6 +373,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     launch_dependents();
     if (blockIdx.x == 0 && tid == 0) a.counters[3] = poll_ready ? 1 : 0;  // which hand-off ran (tests read it)
   }
+  HK_MT_ONLY(const unsigned long long tr_waited = globaltimer();)
   // task -> its tile (index into tile_list) and its block of output columns
   auto tile_idx = [&](int task) { return kReadyWriter ? task / n_blocks : task % num_tiles; };
   auto col_blk = [&](int task) { return kReadyWriter ? task % n_blocks : task / num_tiles; };
@@ -376,6 +394,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
   // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x) -> its task
   auto task_of = [&](int item, int u) { return stream_k ? sk_task0 + u : item / S; };
+  HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
+    for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);
+    HK_MT_SET(kMtEntry, tr_entry);
+    HK_MT_SET(kMtWaited, tr_waited);
+    HK_MT_SET(kMtSm, sm_id());
+  })
   __syncthreads();  // barriers initialised, s_amax cleared
 
   auto item_range = [&](int item, int u, int& kb0, int& kb1) {
@@ -531,6 +555,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           }
         }
         if constexpr (C::kLaneCopies) cp_async_mbar_arrive_noinc(&full[slot]);
+        HK_MT_ONLY(if (pl == 0 && kt == kb0 && u < kMoeTraceItems) HK_MT(kMtItemIssued + u);)
       }
       if constexpr (kPrefetch) {
         t_cur = t_next;
@@ -540,6 +565,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     }
     cp_async_wait<0>();  // no copy of this warp outlives it
+    HK_MT_ONLY(if (pl == 0) HK_MT(kMtProducerDone);)
     // a down that waited per tile completes only after the gate-up grid (which the kernels after it rely on)
     if constexpr (kReadyReader) {
       if (poll_ready) grid_dependency_wait();
@@ -577,7 +603,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
+  HK_MT_ONLY(int tr_items = 0;)
   for (int item = blockIdx.x, u = 0; item < items; item += gridDim.x, ++u) {
+    HK_MT_ONLY(++tr_items; if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStart + u);)
     int kb0, kb1;
     item_range(item, u, kb0, kb1);
     // the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded now and after
@@ -869,6 +897,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
 
     // ---- end of a work item
+    HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemKDone + u);)
     const int task = task_of(item, u);
     // the task's pieces (slices, or CTAs in stream-K mode: the first one and where its range begins)
     int pieces = S, first_cta = 0, first_begin = 0;
@@ -893,6 +922,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const bool last = s_last_slice;
       consumer_sync();  // everyone has read the flag before the next item may overwrite it
       if (!last) {
+        HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)  // its partial parked
         zero_acc();
         continue;
       }
@@ -1087,8 +1117,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         }
       }
     }
+    HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)
     zero_acc();
   }
+  HK_MT_ONLY(if (tid == 0) {
+    HK_MT(kMtConsumersDone);
+    HK_MT_SET(kMtItems, tr_items);
+  })
 }
 
 }  // namespace moe

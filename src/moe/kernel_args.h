@@ -57,6 +57,9 @@ struct MoeKernelArgs {
   // build); with swapped (16- to 48-row) tiles the down GEMM waits for a tile's count to reach I instead of
   // waiting for the whole gate-up grid (grouped_gemm.cuh)
   int32_t* tile_ready;
+#ifdef HOPPERKIT_MOE_TRACE
+  unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM (trace builds; moe/trace.h)
+#endif
 };
 
 #if defined(__CUDACC__)

@@ -1,0 +1,167 @@
+"""Per-CTA timeline of the fused MoE's two grouped GEMMs (profiling builds only).
+
+Needs hopperkit built with the CMake option HOPPERKIT_MOE_TRACE=ON
+(`pip install --no-build-isolation --no-deps . -C cmake.define.HOPPERKIT_MOE_TRACE=ON`): every CTA of the gate-up
+and down GEMMs then records %globaltimer at the events of src/moe/trace.h. For each case (the MoE benchmark's
+shapes and routing, as bench/moe_stages.py builds them) this script times the op in a CUDA graph, then reads the
+trace of the graph's last call and of one eager call, and prints, per GEMM, when its CTAs reach each event (µs
+from the gate-up's first CTA entry; min / median / max over the CTAs that ran items), the items per CTA, each
+item round's start, K-loop end and store, and how many CTAs of each GEMM are busy over time.
+(The trace build perturbs the 128-row prefill kernels, which spill under it; the decode tiles do not.)
+
+Usage: python scripts/moe_trace.py [--cases qwen3-235b:tp8_ep1:per_tensor:256,hy3:tp8_ep1:per_tensor:256]
+                                   [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import common  # noqa: E402
+from bench import moe_bench as mb  # noqa: E402
+
+SLOTS, MAX_CTAS, ITEMS = 32, 1024, 6  # src/moe/trace.h
+ENTRY, WAITED, CONSUMERS_DONE, SM, NITEMS, PRODUCER_DONE = 0, 1, 2, 3, 4, 5
+ITEM_ISSUED, ITEM_START, ITEM_KDONE, ITEM_STORED = 8, 14, 20, 26
+GEMMS = ("gate_up", "down")
+
+
+def read_trace(lib, which):
+    buf = (ctypes.c_ulonglong * (SLOTS * MAX_CTAS))()
+    n = lib.hopperkit_moe_trace_read(buf, which, MAX_CTAS)
+    if n < 0:
+        raise RuntimeError("hopperkit_moe_trace_read failed (no traced call yet?)")
+    return [[int(buf[i * SLOTS + j]) for j in range(SLOTS)] for i in range(n)]
+
+
+def stats(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return (round(min(xs), 2), round(statistics.median(xs), 2), round(max(xs), 2), len(xs))
+
+
+def analyse(traces):
+    """traces: {gemm: rows}. Times in µs from the first gate-up CTA's entry."""
+    rows_all = [r for rows in traces.values() for r in rows if r[ENTRY]]
+    if not rows_all:
+        return {}
+    first = [r[ENTRY] for r in traces.get("gate_up", []) if r[ENTRY]] or [r[ENTRY] for r in rows_all]
+    t0 = min(first)
+    us = lambda v: (v - t0) / 1000.0 if v else None  # noqa: E731
+    out = {}
+    for g, rows in traces.items():
+        busy = [r for r in rows if r[NITEMS] > 0]
+        rep = {"ctas": len(rows), "ctas_with_items": len(busy),
+               "items_per_cta": dict(sorted(
+                   (k, sum(1 for r in busy if r[NITEMS] == k)) for k in {r[NITEMS] for r in busy})),
+               "sms": len({r[SM] for r in busy})}
+        for name, s in (("entry", ENTRY), ("waited", WAITED), ("producer_done", PRODUCER_DONE),
+                        ("consumers_done", CONSUMERS_DONE)):
+            rep[name] = stats([us(r[s]) for r in busy])
+        rounds = []
+        for u in range(ITEMS):
+            rr = [r for r in busy if r[NITEMS] > u]
+            if not rr:
+                break
+            rounds.append({
+                "item": u, "ctas": len(rr),
+                "issued": stats([us(r[ITEM_ISSUED + u]) for r in rr]),
+                "start": stats([us(r[ITEM_START + u]) for r in rr]),
+                "k_done": stats([us(r[ITEM_KDONE + u]) for r in rr]),
+                "stored": stats([us(r[ITEM_STORED + u]) for r in rr]),
+                "k_loop_us": stats([(r[ITEM_KDONE + u] - r[ITEM_START + u]) / 1000.0 for r in rr
+                                    if r[ITEM_KDONE + u] and r[ITEM_START + u]]),
+                "epilogue_us": stats([(r[ITEM_STORED + u] - r[ITEM_KDONE + u]) / 1000.0 for r in rr
+                                      if r[ITEM_STORED + u] and r[ITEM_KDONE + u]]),
+            })
+        rep["rounds"] = rounds
+        # CTAs of this GEMM busy (from waited to consumers done) in 2 µs bins
+        spans = [(us(r[WAITED]), us(r[CONSUMERS_DONE])) for r in busy if r[WAITED] and r[CONSUMERS_DONE]]
+        if spans:
+            end = max(b for _, b in spans)
+            rep["busy_per_2us"] = [sum(1 for a, b in spans if a < (k + 1) * 2 and b > k * 2)
+                                   for k in range(int(end // 2) + 1)]
+        out[g] = rep
+    return out
+
+
+def report(title, res):
+    print(f"  -- {title}")
+    for g, rep in res.items():
+        print(f"   {g}: {rep['ctas_with_items']} of {rep['ctas']} CTAs ran items on {rep['sms']} SMs; items per "
+              f"CTA {rep['items_per_cta']}")
+        for k in ("entry", "waited", "producer_done", "consumers_done"):
+            print(f"     {k:15s} min / median / max µs (n): {rep[k]}")
+        for rd in rep["rounds"]:
+            print(f"     item {rd['item']} ({rd['ctas']} CTAs): issued {rd['issued']} start {rd['start']} "
+                  f"k_done {rd['k_done']} stored {rd['stored']}; K loop {rd['k_loop_us']} epilogue "
+                  f"{rd['epilogue_us']}")
+        if "busy_per_2us" in rep:
+            print(f"     busy CTAs per 2 µs: {rep['busy_per_2us']}")
+
+
+def build_case(model, mode, scaling, bs):
+    import hopperkit
+    anchors = json.loads(mb.find_anchors(None).read_text())
+    shape = mb.make_shape(model, anchors["models"][model], mode)
+    ids, tw = (t.cuda() for t in mb.make_routing(shape, bs))
+    block = scaling == "block"
+    w0 = mb.make_weights(shape, scaling, "cuda")
+    weights = [w0] + [{k: v.clone() for k, v in w0.items()} for _ in range(3)]
+    x = torch.randn(bs, shape.hidden, device="cuda").to(torch.bfloat16)
+    emap = mb.local_of_global(shape).to(torch.int32).cuda() if shape.e_local != shape.experts else None
+    kw = {} if block else dict(a13_scale=(x.float().abs().max() / 448.0).reshape(1),
+                               a2_scale=torch.tensor([4.0 / 448.0], device="cuda"))
+    ws = hopperkit.moe_workspace(bs, shape.top_k, shape.hidden, shape.inter, shape.e_local, block, "cuda")
+    out = torch.empty(bs, shape.hidden, dtype=torch.bfloat16, device="cuda")
+    return [lambda w=w: hopperkit.fused_moe(x, ids, tw, w["w13"], w["w2"], w["w13_scale"], w["w2_scale"],
+                                            expert_map=emap, out=out, workspace=ws, **kw) for w in weights]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="qwen3-235b:tp8_ep1:per_tensor:256,hy3:tp8_ep1:per_tensor:256")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    import hopperkit
+    lib = ctypes.CDLL(hopperkit._C.__file__)
+    if not hasattr(lib, "hopperkit_moe_trace_read"):
+        raise SystemExit("this hopperkit build has no MoE trace (build with HOPPERKIT_MOE_TRACE=ON)")
+    lib.hopperkit_moe_trace_read.restype = ctypes.c_int
+    results = []
+    for case in args.cases.split(","):
+        model, mode, scaling, bs = case.split(":")
+        fns = build_case(model, mode, scaling, int(bs))
+        for f in fns:
+            f()
+        torch.cuda.synchronize()
+        t = common.time_graph(fns, replays=30)
+        print(f"== {case}: {t:.2f} us per call in the graph")
+        res = {"case": case, "graph_us": t}
+        raw = {g: read_trace(lib, i) for i, g in enumerate(GEMMS)}
+        res["graph_last"] = analyse(raw)
+        report("graph's last call", res["graph_last"])
+        res["graph_raw"] = raw
+        fns[0]()
+        raw = {g: read_trace(lib, i) for i, g in enumerate(GEMMS)}
+        res["eager"] = analyse(raw)
+        report("eager call", res["eager"])
+        res["eager_raw"] = raw
+        results.append(res)
+        del fns
+        common.free_cuda()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+// hopperkit fused FP8 MoE: an optional per-CTA event trace of the two grouped GEMMs (profiling builds only).
+//
+// Built with -DHOPPERKIT_MOE_TRACE (CMake option HOPPERKIT_MOE_TRACE=ON), every CTA of the gate-up and of the
+// down GEMM writes %globaltimer (ns, one clock for all SMs) at the events below into its row of a device buffer
+// (gate-up rows first, then the down's), which the host reads back with hopperkit_moe_trace_read() (a C symbol
+// of the library; scripts/moe_trace.py calls it through ctypes). Default builds compile none of it: the kernels
+// and their arguments are unchanged.
+#pragma once
+
+namespace hopperkit {
+namespace moe {
+
+constexpr int kMoeTraceSlots = 32;     // u64 per CTA
+constexpr int kMoeTraceMaxCtas = 1024; // per GEMM
+constexpr int kMoeTraceItems = 6;      // items per CTA with events of their own (the CTA's first ones)
+
+enum MoeTraceEvent : int {
+  kMtEntry = 0,        // entry (after barrier initialisation)
+  kMtWaited = 1,       // after the grid dependency wait, or (swapped down waiting per tile) its decision
+  kMtConsumersDone = 2,  // consumers (thread 0): after the last item
+  kMtSm = 3,           // %smid
+  kMtItems = 4,        // items the CTA ran
+  kMtProducerDone = 5, // producer (lane 0): after its last copy was issued
+  kMtItemIssued = 8,   // + i: producer lane 0: item i's first stage issued (its tile ready, down per-tile wait)
+  kMtItemStart = 14,   // + i: consumers (thread 0): item i begins (before its first stage is waited for)
+  kMtItemKDone = 20,   // + i: consumers: item i's last stage consumed
+  kMtItemStored = 26,  // + i: consumers: item i's results stored (after a split's merge, if it merged)
+};
+static_assert(kMtItemStored + kMoeTraceItems <= kMoeTraceSlots, "trace slots");
+
+}  // namespace moe
+}  // namespace hopperkit
