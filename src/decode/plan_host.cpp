@@ -153,10 +153,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
     if (config.align_window_div > 0) {
       uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
       for (int p = 0; p < P; ++p) {
-        const uint32_t t = static_cast<uint32_t>(prefix[p + 1] - prefix[p]);
-        tiles_or |= t;
-        tiles_max = std::max(tiles_max, t);
-        if (t != 0) tiles_min = std::min(tiles_min, t);
+        dynamic_align_add(static_cast<uint32_t>(prefix[p + 1] - prefix[p]), tiles_or, tiles_min, tiles_max);
       }
       C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, tiles_min, tiles_max), config.align_window_div);
     }

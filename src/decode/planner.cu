@@ -73,12 +73,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
         if (len < 0 || len > capacity) err = kPlanErrorSeqLenClamped;
         len = len < 0 ? 0 : (len > capacity ? capacity : len);
         t[i] = num_tiles(len);
-        if (align) {
-          const unsigned u = static_cast<unsigned>(t[i]);
-          tiles_or |= u;
-          tiles_max = u > tiles_max ? u : tiles_max;
-          tiles_min = u != 0u && u < tiles_min ? u : tiles_min;
-        }
+        if (align) dynamic_align_add(static_cast<uint32_t>(t[i]), tiles_or, tiles_min, tiles_max);
       }
     }
     int agg;

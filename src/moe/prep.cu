@@ -41,6 +41,15 @@ __device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, 
   for (int i = 0; i * 128 < c; ++i) a.tiles_wide[w_off + i] = make_int4(e, c_off + i * 128, min(128, c - i * 128), 0);
 }
 
+// The per-call state of the gate-up -> down hand-off (grouped_gemm.cuh), reset by whichever index build runs: which
+// hand-off the swapped down took (counters[3]: it sets 1 when it waits per tile) and every tile's ready count.
+__device__ __forceinline__ void reset_handoff_state(const MoeKernelArgs& a, int tid, int total_tiles) {
+  if (tid == 0) a.counters[3] = 0;
+  if (a.tile_ready != nullptr) {
+    for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
+  }
+}
+
 __device__ void build_index(const MoeKernelArgs& a) {
   __shared__ int count[kMaxExperts], cursor[kMaxExperts], row_off[kMaxExperts];
   __shared__ int dropped;
@@ -120,11 +129,8 @@ __device__ void build_index(const MoeKernelArgs& a) {
     a.expert_offset[E] = total_rows;
     a.counters[0] = total_tiles;
     a.counters[1] = dropped;
-    a.counters[3] = 0;  // the swapped down sets 1 when it waits per tile (grouped_gemm.cuh)
   }
-  if (a.tile_ready != nullptr) {
-    for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
-  }
+  reset_handoff_state(a, tid, total_tiles);
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
     int e[kIndexBatch];
     batch_at(base, e);
@@ -332,12 +338,9 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
       a.expert_offset[E] = total_rows;
       a.counters[0] = total_tiles;
       if (a.gate_up_bm == 128) a.counters[2] = total_wide;
-      a.counters[3] = 0;  // the swapped down sets 1 when it waits per tile (grouped_gemm.cuh)
     }
     for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
-    if (a.tile_ready != nullptr) {
-      for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
-    }
+    reset_handoff_state(a, tid, total_tiles);
   }
   __syncthreads();
   int e[kChunkPerThread];

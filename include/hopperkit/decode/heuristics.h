@@ -193,6 +193,12 @@ constexpr int kMaxAlignWindowDiv = 1 << 16;   // the largest divisor a plan conf
 // (the largest power of two dividing every count); 0 when there are no tiles. (A common divisor, not always the
 // greatest: pairs of 96 and 48 tiles get 16, not 48; sound, with fewer counts to choose from. Three reductions
 // the planner's first pass makes at no extra barrier, where a gcd would cost a loop per step.)
+// One pair's tile count into those three reductions (the device planner per thread, the CPU twin per pair).
+HK_HD void dynamic_align_add(uint32_t tiles, uint32_t& tiles_or, uint32_t& min_nonzero, uint32_t& max) {
+  tiles_or |= tiles;
+  max = tiles > max ? tiles : max;
+  min_nonzero = tiles != 0u && tiles < min_nonzero ? tiles : min_nonzero;
+}
 HK_HD int dynamic_align_unit(uint32_t tiles_or, uint32_t min_nonzero, uint32_t max) {
   if (tiles_or == 0u) return 0;
   if (min_nonzero == max) return static_cast<int>(max);
