@@ -102,11 +102,14 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         nbytes = n * torch.empty((), dtype=dtype).element_size()
         return workspace[off[name]:off[name] + nbytes].view(dtype).view(*shape)
 
-    counters = view("counters", torch.int32, (4,))
+    counters = view("counters", torch.int32, (5,))
     return {
         "num_tiles": counters[0], "dropped": counters[1], "num_wide_tiles": counters[2],
         # 1 when the (swapped) down GEMM waited per tile on tile_ready rather than for the gate-up grid
         "down_polled": counters[3],
+        # items the swapped down's CTAs claimed past their first (each CTA's first is its own; the claims that
+        # found no item left count too: one per CTA)
+        "down_claims": counters[4],
         "expert_offset": view("expert_offset", torch.int32, (num_local_experts + 1,)),
         "tiles": view("tiles", torch.int32, ((off["tiles_wide"] - off["tiles"]) // 16, 4)),
         # 128-row tiles: written only when the gate-up runs 128-row tiles (gate_up_block_m in heuristics.h)

@@ -283,6 +283,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   uint64_t* empty = full + C::kStages;                                               // [kStages]
   uint8_t* s_out = smem + C::kOutOffset;                      // [kConsumerWarps][kWM][kOutStride] (kStagedOut)
   __shared__ int s_last_slice;
+  // swapped down (kClaims below): item u >= 1's {expert, row_begin, rows, item} (item -1: no more), written by the
+  // producer into the slot of the item's first stage before it arms that stage
+  __shared__ int4 s_claim[C::kStages];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   HK_MT_ONLY(const unsigned long long tr_entry = globaltimer();)
@@ -321,6 +324,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the 256-row down kernel would spill
   // 4 bytes).
   constexpr bool kEarlyWeights = !kGateUp && C::kSwapAB;
+  // Dynamic items (swapped down, session 34): a CTA's first item is blockIdx.x, each later one is claimed from a
+  // counter (a.counters[4], zeroed by prep) when the previous one starts, so that CTAs that become resident early
+  // (while the gate-up's last round runs) take more items and those resident late fewer, instead of every CTA
+  // taking every gridDim.x-th. Items run column block fastest (task = tile x n_blocks + block, as the swapped
+  // gate-up's), so the items claimed first belong to the tiles the gate-up finished first. The producer passes
+  // each later item (and its tile) to the consumers through s_claim; it ends them with an item of -1.
+  constexpr bool kClaims = !kGateUp && C::kSwapAB;
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
     __syncthreads();  // barriers initialised
@@ -329,16 +339,18 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int tasks0 = nt0 * n_blocks;
       const int S0 = C::kSwapAB && a.allow_split ? split_k_slices(tasks0, gridDim.x, nk, a.allow_split) : 1;
       const uint64_t policy = C::kSwapAB ? policy_evict_first() : policy_evict_normal();
+      // (the first item only: the later ones are claimed as the CTA goes)
       for (int item = blockIdx.x; item < tasks0 * S0 && pre_steps < C::kStages; item += gridDim.x) {
         const int task = item / S0, slice = item % S0;
-        const int e = __ldcg(&a.tiles[task % nt0].x);
-        const int n0 = (task / nt0) * cols_per_task;
+        const int e = __ldcg(&a.tiles[kClaims ? task / n_blocks : task % nt0].x);
+        const int n0 = (kClaims ? task % n_blocks : task / nt0) * cols_per_task;
         for (int kt = slice * nk / S0; kt < (slice + 1) * nk / S0 && pre_steps < C::kStages; ++kt, ++pre_steps) {
           const int slot = pre_steps;  // < kStages: no wait for a free slot
           uint8_t* sb = smem + slot * C::kStageBytes + C::kABytes;
           mbar_arrive_expect_tx(&full[slot], C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
           tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);
         }
+        if (kClaims) break;
       }
     }
     pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);  // per warp: the producer's lanes learn it from lane 0
@@ -375,8 +387,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
   HK_MT_ONLY(const unsigned long long tr_waited = globaltimer();)
   // task -> its tile (index into tile_list) and its block of output columns
-  auto tile_idx = [&](int task) { return kReadyWriter ? task / n_blocks : task % num_tiles; };
-  auto col_blk = [&](int task) { return kReadyWriter ? task % n_blocks : task / num_tiles; };
+  auto tile_idx = [&](int task) { return kReadyWriter || kClaims ? task / n_blocks : task % num_tiles; };
+  auto col_blk = [&](int task) { return kReadyWriter || kClaims ? task % n_blocks : task / num_tiles; };
   // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
   // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
   // steps laid end to end; a task shared by two CTAs ("pieces") parks their partials at stream_k_slot and the
@@ -453,7 +465,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       load_tokens(t_cur, tok_cur);
     }
     int step = 0;
-    for (int item = blockIdx.x, u = 0; item < items; item += gridDim.x, ++u) {
+    int claimed = 0;  // kClaims: lane 0's claim for the next item (issued as this one starts)
+    for (int item = blockIdx.x, u = 0; kClaims || item < items;
+         item = kClaims ? G + __shfl_sync(0xffffffffu, claimed, 0) : item + gridDim.x, ++u) {
+      if constexpr (kClaims) {
+        if (item >= items) {  // no more: an item of -1 in the next stage's slot ends the consumers' loop
+          const int slot = step % C::kStages;
+          if (step >= C::kStages) mbar_wait_bounded(&empty[slot], ((step / C::kStages) - 1) & 1);
+          if (pl == 0) s_claim[slot] = make_int4(0, 0, 0, -1);
+          if constexpr (C::kLaneCopies) mbar_arrive(&full[slot]);  // the lanes' arrivals, without copies
+          if (pl == 0) mbar_arrive(&full[slot]);                    // after the store: it is released with it
+          break;
+        }
+        if (pl == 0) claimed = atomicAdd(a.counters + 4, 1);
+      }
       const int task = task_of(item, u);
       int4 tile, t_after = make_int4(0, 0, 0, 0);
       int tok_next[C::kAChunks];
@@ -513,6 +538,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         uint8_t* sb = sa + C::kABytes;
         if (pl == 0) {
           const bool weights_issued = kEarlyWeights && step < pre_steps;  // before the wait (above)
+          // a later item's first stage carries the item to the consumers (never pre-issued: the first item only)
+          if (kClaims && u > 0 && kt == kb0) s_claim[slot] = make_int4(e, row_begin, rows, item);
           if (!weights_issued) {
             mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
           }
@@ -604,17 +631,27 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
   HK_MT_ONLY(int tr_items = 0;)
-  for (int item = blockIdx.x, u = 0; item < items; item += gridDim.x, ++u) {
+  for (int item = blockIdx.x, u = 0; kClaims || item < items; item += kClaims ? 0 : gridDim.x, ++u) {
+    int4 tile;
+    if constexpr (kClaims) {  // item u >= 1 and its tile from the producer, with its first stage
+      if (u > 0) {
+        const int slot = step % C::kStages;
+        mbar_wait_bounded(&full[slot], (step / C::kStages) & 1);
+        tile = s_claim[slot];
+        item = tile.w;
+      }
+      if (item < 0 || item >= items) break;
+      if (u == 0) tile = tile_list[tile_idx(task_of(item, u))];
+    }
     HK_MT_ONLY(++tr_items; if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStart + u);)
     int kb0, kb1;
     item_range(item, u, kb0, kb1);
     // the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded now and after
     // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
-    int4 tile;
     if constexpr (kPrefetch) {
       tile = t_next;
       t_next = tile_of(item + gridDim.x);
-    } else {
+    } else if constexpr (!kClaims) {
       tile = tile_list[tile_idx(task_of(item, u))];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads

@@ -11,7 +11,7 @@ namespace hopperkit {
 namespace moe {
 
 struct MoeWorkspaceLayout {
-  size_t counters = 0;       // int32 [4]: num_tiles, dropped rows, num wide tiles, down waited per tile
+  size_t counters = 0;       // int32 [8]: num_tiles, dropped rows, num wide tiles, down waited per tile, down claims
   size_t expert_offset = 0;  // int32 [num_local_experts + 1]
   size_t tiles = 0;          // int4  [max_tiles(bm = 16)]: expert, row_begin, rows, -
   size_t tiles_wide = 0;     // int4  [max_tiles(bm = 128)]: 128-row tiles of the wide gate-up
@@ -39,7 +39,7 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
     at += up(bytes);
     return here;
   };
-  l.counters = take(4 * sizeof(int32_t));
+  l.counters = take(8 * sizeof(int32_t));
   l.expert_offset = take((num_local_experts + 1) * sizeof(int32_t));
   l.tiles = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 16)) * 4 * sizeof(int32_t));
   l.tiles_wide = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 128)) * 4 * sizeof(int32_t));

@@ -410,9 +410,14 @@ def test_hy3_tp8_per_tensor(T):  # 512 tokens: 32-row tiles (I = 192, 22 rows pe
     _, _, ws = run_case(T, 4096, 192, 192, 8, False, seed=100 + T, check_repeat=(T == 4))
     # the down's hand-off: per tile (tile_ready) from 4 tokens (at least 9 tiles x 16 down tasks each over 264
     # CTAs: no split-K); at 1 token (8 tiles: 128 down tasks, S = 2) it waits for the gate-up grid
-    polled = int(_workspace_views(ws, T, 8, 4096, 192, 192)["down_polled"])
+    v = _workspace_views(ws, T, 8, 4096, 192, 192)
+    polled = int(v["down_polled"])
     if DEFAULT_TILES:
         assert polled == (0 if TILE_READY_OFF or T < 4 else 1), f"down_polled {polled} at {T} tokens"
+        if polled:  # no split: one claim per down item (16 blocks of 256 output columns per tile), the failing
+            # last claims included (each CTA's first item is its own)
+            items = int(v["num_tiles"]) * (4096 // 256)
+            assert int(v["down_claims"]) == items, f"down_claims {int(v['down_claims'])}, {items} items"
 
 
 def test_deepseek_tp8_per_tensor_long_k():
@@ -607,6 +612,11 @@ def test_cuda_graph_routing_changes_between_replays(T, H, I, E, K):
             split = min(grid // (int(v["num_tiles"]) * n_blocks), I // 128) >= 2
             want = 0 if TILE_READY_OFF or split else 1
             assert polled == want, f"{kind}: down_polled {polled}, expected {want} ({int(v['num_tiles'])} tiles)"
+            # the down's item claims (grouped_gemm.cuh, kClaims): one per item run, including each CTA's
+            # last claim, which finds none; items = tasks x slices
+            tasks = int(v["num_tiles"]) * n_blocks
+            items = tasks * (min(grid // tasks, I // 128) if split else 1)
+            assert int(v["down_claims"]) == items, f"{kind}: down_claims {int(v['down_claims'])}, {items} items"
 
 
 def test_opcheck_and_compile():
