@@ -324,13 +324,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // for 64-row tiles: at prefill the gate-up CTAs leave only at its end (and the 256-row down kernel would spill
   // 4 bytes).
   constexpr bool kEarlyWeights = !kGateUp && C::kSwapAB;
-  // Dynamic items (swapped down, session 34): a CTA's first item is blockIdx.x, each later one is claimed from a
-  // counter (a.counters[4], zeroed by prep) when the previous one starts, so that CTAs that become resident early
-  // (while the gate-up's last round runs) take more items and those resident late fewer, instead of every CTA
-  // taking every gridDim.x-th. Items run column block fastest (task = tile x n_blocks + block, as the swapped
-  // gate-up's), so the items claimed first belong to the tiles the gate-up finished first. The producer passes
-  // each later item (and its tile) to the consumers through s_claim; it ends them with an item of -1.
-  constexpr bool kClaims = !kGateUp && C::kSwapAB;
+  // Dynamic items (per-tensor swapped down, session 34): a CTA's first item is blockIdx.x, each later one is
+  // claimed from a counter (a.counters[4], zeroed by prep) when the previous one starts, so that CTAs that become
+  // resident early (while the gate-up's last round runs) take more items and those resident late fewer, instead
+  // of every CTA taking every gridDim.x-th. Items run column block fastest (task = tile x n_blocks + block, as
+  // the swapped gate-up's), so the items claimed first belong to the tiles the gate-up finished first. The
+  // producer passes each later item (and its tile) to the consumers through s_claim; an item of -1 ends them.
+  // Measured on an H200 (session 34 calls 4 and 5, cross-build A/B over 50 points at 4-256 tokens, MoE tests
+  // 131/131 under it): per-tensor 0.986 / 0.988x geomean over 30 points (TP8 at 16-256 tokens 0.93-0.98x: qwen3
+  // TP8 256 101.1 -> 96.8 us, 128 86.8 -> 83.0, 64 85.4 -> 82.3; hy3 TP8 256 140.0 -> 131.7; qwen3 EP8 128 / 256
+  // 1.03x, 4 tokens 1.00-1.04x), block-wise 1.010 / 1.013x over 20 (deepseek TP8 64-256 1.01-1.03x), so the
+  // block-wise downs keep their static items. The claims alone (tile-fastest order) measured 1.002x, the order
+  // alone 1.004x: the gain needs both.
+  constexpr bool kClaims = !kGateUp && C::kSwapAB && !kBlock;
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
     __syncthreads();  // barriers initialised
