@@ -107,8 +107,8 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         "num_tiles": counters[0], "dropped": counters[1], "num_wide_tiles": counters[2],
         # 1 when the (swapped) down GEMM waited per tile on tile_ready rather than for the gate-up grid
         "down_polled": counters[3],
-        # items the swapped down's CTAs claimed past their first (each CTA's first is its own; the claims that
-        # found no item left count too: one per CTA)
+        # the per-tensor swapped down's item claims: one per item run (each CTA's first item is its own, and the
+        # last claim of every CTA that ran one finds none), so it ends at the down's items; 0 for other downs
         "down_claims": counters[4],
         "expert_offset": view("expert_offset", torch.int32, (num_local_experts + 1,)),
         "tiles": view("tiles", torch.int32, ((off["tiles_wide"] - off["tiles"]) // 16, 4)),

@@ -4,7 +4,8 @@
 // exist is known only on the device (kernel 1 wrote them), so every CTA reads the tile count and strides over
 // the work items (task x K slice, see split_k_slices), tile fastest: CTAs running at the same time share a
 // weight block, which stays in L2 when an expert has several tiles (the swapped gate-up: column block fastest,
-// so that its tiles complete in order for the down GEMM's per-tile wait, a.tile_ready). The block-wise 16 x 256
+// so that its tiles complete in order for the down GEMM's per-tile wait, a.tile_ready; the per-tensor swapped
+// down: column block fastest too, its CTAs claiming their items past the first, kClaims). The block-wise 16 x 256
 // gate-up (one CTA per SM) shares out all tasks' K steps evenly instead when its last round of whole tasks
 // would be short (stream-K: stream_k_applies in heuristics.h).
 //
@@ -314,8 +315,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
   // Down, swapped (16- to 48-row) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
-  // act, does), so the producer issues the weight boxes of its first kStages stages before waiting for that
-  // grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
+  // act, does), so the producer issues the weight boxes of its first kStages stages (per-tensor: of its first
+  // item's, kClaims below) before waiting for that grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
   // list it needs comes from the prep grid, complete before any gate-up CTA passed its own wait, hence before
   // this grid was launched (PDL trigger after that wait; this holds because the down grid is only ever launched
   // right after the gate-up grid, see fused_moe() in fused_moe.cpp). Each stage's expect_tx covers the weights
@@ -331,11 +332,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // the swapped gate-up's), so the items claimed first belong to the tiles the gate-up finished first. The
   // producer passes each later item (and its tile) to the consumers through s_claim; an item of -1 ends them.
   // Measured on an H200 (session 34 calls 4 and 5, cross-build A/B over 50 points at 4-256 tokens, MoE tests
-  // 131/131 under it): per-tensor 0.986 / 0.988x geomean over 30 points (TP8 at 16-256 tokens 0.93-0.98x: qwen3
-  // TP8 256 101.1 -> 96.8 us, 128 86.8 -> 83.0, 64 85.4 -> 82.3; hy3 TP8 256 140.0 -> 131.7; qwen3 EP8 128 / 256
-  // 1.03x, 4 tokens 1.00-1.04x), block-wise 1.010 / 1.013x over 20 (deepseek TP8 64-256 1.01-1.03x), so the
-  // block-wise downs keep their static items. The claims alone (tile-fastest order) measured 1.002x, the order
-  // alone 1.004x: the gain needs both.
+  // 131/131 under it): per-tensor 0.986 / 0.988x geomean over 30 points (qwen3 TP8 64-256 tokens 0.95-0.97x:
+  // 256 101.1 -> 96.9 us, 128 86.8 -> 83.0, 64 85.4 -> 82.3; hy3 TP8 128 / 256 0.96 / 0.94-0.95x: 256 140.0 ->
+  // 131.8; deepseek TP8 16-256 0.96-0.98x; slower: qwen3 TP8 16 1.04-1.05x, qwen3 EP8 128 / 256 1.03x, hy3 EP8
+  // 16 1.02-1.03x, 4 tokens 1.01-1.04x), block-wise 1.010 / 1.013x over 20 (deepseek TP8 64-256 1.01-1.03x), so
+  // the block-wise downs keep their static items. Per-tensor, the claims alone (tile-fastest order) measured
+  // 0.996x and the order alone 1.004x (call 5): the gain needs both.
   constexpr bool kClaims = !kGateUp && C::kSwapAB && !kBlock;
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
@@ -345,7 +347,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       const int tasks0 = nt0 * n_blocks;
       const int S0 = C::kSwapAB && a.allow_split ? split_k_slices(tasks0, gridDim.x, nk, a.allow_split) : 1;
       const uint64_t policy = C::kSwapAB ? policy_evict_first() : policy_evict_normal();
-      // (the first item only: the later ones are claimed as the CTA goes)
+      // (kClaims: the first item only; the later ones are claimed as the CTA goes)
       for (int item = blockIdx.x; item < tasks0 * S0 && pre_steps < C::kStages; item += gridDim.x) {
         const int task = item / S0, slice = item % S0;
         const int e = __ldcg(&a.tiles[kClaims ? task / n_blocks : task % nt0].x);
@@ -368,7 +370,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // below), so the tasks it waits on belong to CTAs that are already running. Not with split-K in the down (its
   // partials and counters share the workspace with the gate-up's): then it waits for the grid as before.
   // The swapped gate-up takes its tasks column block fastest (task = tile x n_blocks + block), so that tiles
-  // complete in order while its last round runs, and the down (tile fastest) finds its first tiles done.
+  // complete in order while its last round runs, and the down finds its first tiles done (block-wise: tile
+  // fastest; per-tensor: column block fastest, with claimed items, kClaims above).
   constexpr bool kReadyWriter = kGateUp && C::kSwapAB;
   constexpr bool kReadyReader = !kGateUp && C::kSwapAB;
   // the down reads the tile count before its wait: the prep grid wrote it, complete before any gate-up CTA
@@ -410,7 +413,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int sk_task0 = sk_b / nk;
   // items this CTA may run up to (exclusive): every CTA's own bound in stream-K mode
   const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
-  // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x) -> its task
+  // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x, or claimed (kClaims)) -> its task
   auto task_of = [&](int item, int u) { return stream_k ? sk_task0 + u : item / S; };
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
     for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);

@@ -15,14 +15,15 @@ constexpr int kMoeTraceMaxCtas = 1024; // per GEMM
 constexpr int kMoeTraceItems = 6;      // items per CTA with events of their own (the CTA's first ones)
 
 enum MoeTraceEvent : int {
-  kMtEntry = 0,        // entry (after barrier initialisation)
+  kMtEntry = 0,        // entry (before barrier initialisation)
   kMtWaited = 1,       // after the grid dependency wait, or (swapped down waiting per tile) its decision
   kMtConsumersDone = 2,  // consumers (thread 0): after the last item
   kMtSm = 3,           // %smid
   kMtItems = 4,        // items the CTA ran
   kMtProducerDone = 5, // producer (lane 0): after its last copy was issued
   kMtItemIssued = 8,   // + i: producer lane 0: item i's first stage issued (its tile ready, down per-tile wait)
-  kMtItemStart = 14,   // + i: consumers (thread 0): item i begins (before its first stage is waited for)
+  kMtItemStart = 14,   // + i: consumers (thread 0): item i begins (before its first stage is waited for; a
+                       // claimed item (per-tensor swapped down, i >= 1): after, as it learns the item then)
   kMtItemKDone = 20,   // + i: consumers: item i's last stage consumed
   kMtItemStored = 26,  // + i: consumers: item i's results stored (after a split's merge, if it merged)
 };
