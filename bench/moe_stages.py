@@ -14,16 +14,16 @@ import sys
 import torch
 
 
-def time_case(model, mode, scaling, bs, ncu=False):
+def op_calls(model, mode, scaling, bs, nrot=4):
+    """nrot closures, each one fused_moe call of the MoE benchmark's shape and routing (model, mode, scaling, bs)
+    over its own copy of the weights (rotated so that a CUDA graph of them reads the weights from DRAM)."""
     import hopperkit
-    from bench import common
     from bench import moe_bench as mb
     anchors = json.loads(mb.find_anchors(None).read_text())
     shape = mb.make_shape(model, anchors["models"][model], mode)
     ids, tw = (t.cuda() for t in mb.make_routing(shape, bs))
     block = scaling == "block"
     w0 = mb.make_weights(shape, scaling, "cuda")
-    nrot = 4
     weights = [w0] + [{k: v.clone() for k, v in w0.items()} for _ in range(nrot - 1)]
     x = torch.randn(bs, shape.hidden, device="cuda").to(torch.bfloat16)
     emap = mb.local_of_global(shape).to(torch.int32).cuda() if shape.e_local != shape.experts else None
@@ -31,8 +31,13 @@ def time_case(model, mode, scaling, bs, ncu=False):
                                a2_scale=torch.tensor([4.0 / 448.0], device="cuda"))
     ws = hopperkit.moe_workspace(bs, shape.top_k, shape.hidden, shape.inter, shape.e_local, block, "cuda")
     out = torch.empty(bs, shape.hidden, dtype=torch.bfloat16, device="cuda")
-    fns = [lambda w=w: hopperkit.fused_moe(x, ids, tw, w["w13"], w["w2"], w["w13_scale"], w["w2_scale"],
+    return [lambda w=w: hopperkit.fused_moe(x, ids, tw, w["w13"], w["w2"], w["w13_scale"], w["w2_scale"],
                                             expert_map=emap, out=out, workspace=ws, **kw) for w in weights]
+
+
+def time_case(model, mode, scaling, bs, ncu=False):
+    from bench import common
+    fns = op_calls(model, mode, scaling, bs)
     for f in fns:
         f()
     if ncu:  # one profiled call (ncu --profile-from-start off)

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import common  # noqa: E402
-from bench import moe_bench as mb  # noqa: E402
+from bench.moe_stages import op_calls  # noqa: E402
 
 SLOTS, MAX_CTAS, ITEMS = 32, 1024, 6  # src/moe/trace.h
 ENTRY, WAITED, CONSUMERS_DONE, SM, NITEMS, PRODUCER_DONE = 0, 1, 2, 3, 4, 5
@@ -108,24 +108,6 @@ def report(title, res):
             print(f"     busy CTAs per 2 µs: {rep['busy_per_2us']}")
 
 
-def build_case(model, mode, scaling, bs):
-    import hopperkit
-    anchors = json.loads(mb.find_anchors(None).read_text())
-    shape = mb.make_shape(model, anchors["models"][model], mode)
-    ids, tw = (t.cuda() for t in mb.make_routing(shape, bs))
-    block = scaling == "block"
-    w0 = mb.make_weights(shape, scaling, "cuda")
-    weights = [w0] + [{k: v.clone() for k, v in w0.items()} for _ in range(3)]
-    x = torch.randn(bs, shape.hidden, device="cuda").to(torch.bfloat16)
-    emap = mb.local_of_global(shape).to(torch.int32).cuda() if shape.e_local != shape.experts else None
-    kw = {} if block else dict(a13_scale=(x.float().abs().max() / 448.0).reshape(1),
-                               a2_scale=torch.tensor([4.0 / 448.0], device="cuda"))
-    ws = hopperkit.moe_workspace(bs, shape.top_k, shape.hidden, shape.inter, shape.e_local, block, "cuda")
-    out = torch.empty(bs, shape.hidden, dtype=torch.bfloat16, device="cuda")
-    return [lambda w=w: hopperkit.fused_moe(x, ids, tw, w["w13"], w["w2"], w["w13_scale"], w["w2_scale"],
-                                            expert_map=emap, out=out, workspace=ws, **kw) for w in weights]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="qwen3-235b:tp8_ep1:per_tensor:256,hy3:tp8_ep1:per_tensor:256")
@@ -139,7 +121,7 @@ def main(argv=None) -> int:
     results = []
     for case in args.cases.split(","):
         model, mode, scaling, bs = case.split(":")
-        fns = build_case(model, mode, scaling, int(bs))
+        fns = op_calls(model, mode, scaling, int(bs))
         for f in fns:
             f()
         torch.cuda.synchronize()
