@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "common/env_switch.h"
+#include "common/pdl_launch.h"
 #include "common/resident_ctas.h"
 #include "hopperkit/error.h"
 #include "hopperkit/prologue/heuristics.h"
@@ -170,12 +171,12 @@ void attention_prologue(const PrologueParams& p) {
     const int res = resident_ctas(attention_prologue_pair_kernel<D, M>, kPrologueThreads, 0, resident,
                                   "attention_prologue_pair_kernel");
     const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
-    attention_prologue_pair_kernel<D, M><<<g, kPrologueThreads, 0, p.stream>>>(a);
+    launch_with_pdl(attention_prologue_pair_kernel<D, M>, dim3(g), dim3(kPrologueThreads), 0, p.stream, a);
   };
   auto launch = [&](auto d) {
     constexpr int D = decltype(d)::value;
     if (!pair) {
-      attention_prologue_kernel<D><<<grid, kPrologueThreads, 0, p.stream>>>(a);
+      launch_with_pdl(attention_prologue_kernel<D>, dim3(grid), dim3(kPrologueThreads), 0, p.stream, a);
       return;
     }
     switch (mode) {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "common/ptx.cuh"
 #include "hopperkit/fast_div.h"
 #include "hopperkit/prologue/prologue.h"
 
@@ -279,6 +280,12 @@ __global__ void __launch_bounds__(kPrologueThreads, kPrologueMinCtas) attention_
   const int total = a.num_tokens * H * TPH;  // < 2^31, checked on the host
   const int base = blockIdx.x * (kPrologueThreads * kItems) + threadIdx.x;
   const int j = threadIdx.x % TPH;           // the same vector of every item: kPrologueThreads is a multiple of TPH
+  // Programmatic dependent launch (prologue.cu): this grid may start while the previous kernel in the stream
+  // finishes. Nothing above read global memory; from here on its inputs (qkv, positions, slots) may be that
+  // kernel's results and the caches it writes may be that kernel's inputs. The next grid (decode attention: its
+  // set-up) may start as this one's CTAs retire; it waits for this grid's results.
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
 
   // ---- loads of every item first; each item's (token, head) once
   uint4 raw[kItems];

@@ -229,6 +229,9 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
   const uint32_t qes = a.q_fp8 ? 1u : 2u;
   k.qo_token_bytes = static_cast<uint32_t>(a.qo_token) * qes;
   k.qo_head_bytes = static_cast<uint32_t>(a.qo_head) * qes;
+  // Programmatic dependent launch (prologue.cu), as in attention_prologue_kernel: global memory only from here
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   // the first item's loads go out before the cache scales' loads and divisions
   const bool active = t < a.num_tokens;
   PairItem A;
