@@ -282,8 +282,9 @@ __global__ void __launch_bounds__(kPrologueThreads, kPrologueMinCtas) attention_
   const int j = threadIdx.x % TPH;           // the same vector of every item: kPrologueThreads is a multiple of TPH
   // Programmatic dependent launch (prologue.cu): this grid may start while the previous kernel in the stream
   // finishes. Nothing above read global memory; from here on its inputs (qkv, positions, slots) may be that
-  // kernel's results and the caches it writes may be that kernel's inputs. The next grid (decode attention: its
-  // set-up) may start as this one's CTAs retire; it waits for this grid's results.
+  // kernel's results and the caches it writes may be that kernel's inputs. The next grid (the decode attention's
+  // set-up) may start once every CTA of this one has passed this point and SMs have room; it waits for this
+  // grid's results.
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
 
