@@ -339,6 +339,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // the block-wise downs keep their static items. Per-tensor, the claims alone (tile-fastest order) measured
   // 0.996x and the order alone 1.004x (call 5): the gain needs both.
   constexpr bool kClaims = !kGateUp && C::kSwapAB && !kBlock;
+  // Task -> its tile (index into the tile list) and its block of output columns, for `tiles` tiles: column block
+  // fastest (task = tile x n_blocks + block) in the swapped gate-up (kReadyWriter below) and the claimed downs,
+  // tile fastest elsewhere. (tile_idx / col_blk below, once the tile count is read; the pre-wait weights here.)
+  constexpr bool kColFastest = (kGateUp && C::kSwapAB) || kClaims;
+  auto task_tile = [&](int task, int tiles) { return kColFastest ? task / n_blocks : task % tiles; };
+  auto task_col = [&](int task, int tiles) { return kColFastest ? task % n_blocks : task / tiles; };
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
     __syncthreads();  // barriers initialised
@@ -350,8 +356,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       // (kClaims: the first item only; the later ones are claimed as the CTA goes)
       for (int item = blockIdx.x; item < tasks0 * S0 && pre_steps < C::kStages; item += gridDim.x) {
         const int task = item / S0, slice = item % S0;
-        const int e = __ldcg(&a.tiles[kClaims ? task / n_blocks : task % nt0].x);
-        const int n0 = (kClaims ? task % n_blocks : task / nt0) * cols_per_task;
+        const int e = __ldcg(&a.tiles[task_tile(task, nt0)].x);
+        const int n0 = task_col(task, nt0) * cols_per_task;
         for (int kt = slice * nk / S0; kt < (slice + 1) * nk / S0 && pre_steps < C::kStages; ++kt, ++pre_steps) {
           const int slot = pre_steps;  // < kStages: no wait for a free slot
           uint8_t* sb = smem + slot * C::kStageBytes + C::kABytes;
@@ -396,8 +402,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
   HK_MT_ONLY(const unsigned long long tr_waited = globaltimer();)
   // task -> its tile (index into tile_list) and its block of output columns
-  auto tile_idx = [&](int task) { return kReadyWriter || kClaims ? task / n_blocks : task % num_tiles; };
-  auto col_blk = [&](int task) { return kReadyWriter || kClaims ? task % n_blocks : task / num_tiles; };
+  static_assert(kColFastest == (kReadyWriter || kClaims), "one task order for the hand-off's writer and readers");
+  auto tile_idx = [&](int task) { return task_tile(task, num_tiles); };
+  auto col_blk = [&](int task) { return task_col(task, num_tiles); };
   // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
   // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
   // steps laid end to end; a task shared by two CTAs ("pieces") parks their partials at stream_k_slot and the
