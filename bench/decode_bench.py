@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from functools import partial
@@ -67,6 +68,35 @@ def load_scenarios(path: Path, quick: bool) -> dict[str, dict]:
         cfg["lens"] = [int(n) for count, n in s["lens"] for _ in range(int(count))]
         cfg["spec"] = s.get("spec", "")
         out[name] = cfg
+    return out
+
+
+def parse_vllm_shape(spec: str) -> tuple[int, int, int] | None:
+    """vLLM attention-benchmark grammar, one segment: [count]q<query_len>[s<kv_len>] (k = x 1024) ->
+    (count, query_len, kv_len); None for a mixed batch (segments joined by '_')."""
+    m = re.fullmatch(r"(\d*)q(\d+k?)(?:s(\d+k?))?", spec)
+    if m is None:
+        return None
+    num = lambda x: int(x[:-1]) * 1024 if x.endswith("k") else int(x)  # noqa: E731
+    q = num(m.group(2))
+    return int(m.group(1) or 1), q, num(m.group(3)) if m.group(3) else q
+
+
+def load_vllm_shapes(path: Path) -> dict[str, dict]:
+    """attention_shapes.json's decode shapes (query length 1) as scenarios with its head layout (64 query heads,
+    8 KV heads: a GQA model on one GPU); spec-decode shapes (query length 2-8) are listed but not run here: the
+    peers' wrappers in bench/peers time query length 1 only."""
+    data = json.loads(path.read_text())
+    heads = data["heads"]
+    out = {}
+    for spec in data.get("decode", []):
+        parsed = parse_vllm_shape(spec)
+        if parsed is None or parsed[1] != 1:
+            continue
+        count, _, kv = parsed
+        cfg = DEFAULTS | {k: heads[k] for k in DEFAULTS if k in heads}
+        cfg["lens"], cfg["spec"] = [kv] * count, spec
+        out[spec] = cfg
     return out
 
 
@@ -395,9 +425,14 @@ def parse_args(argv=None):
     ap.add_argument("--scenarios", default=None, help="default: bench/anchors/, then $HOPPERKIT_ANCHORS/, ../shared/anchors/, shared/anchors/")
     ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--shapes", choices=("scenarios", "vllm"), default="scenarios",
+                    help="scenarios: decode_scenarios.json (8 / 1 heads); vllm: the decode shapes of vLLM's attention "
+                         "benchmark in attention_shapes.json (64 / 8 heads), written to decode_vllm_shapes.json")
     ap.add_argument("--quick", action="store_true", help="3 scenarios, fewer replays: a smoke run")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: list the work and self-check the inputs")
     args = ap.parse_args(argv)
+    if args.shapes == "vllm" and args.out == ap.get_default("out"):
+        args.out = "bench/results/h200/decode_vllm_shapes.json"
     args.dtypes = [x for x in args.dtypes.split(",") if x]
     args.impls = [x for x in args.impls.split(",") if x]
     for x, allowed in [(d, DTYPES) for d in args.dtypes] + [(i, IMPLS) for i in args.impls]:
@@ -409,7 +444,13 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     path = find_scenarios(args.scenarios)
-    scns = load_scenarios(path, args.quick)
+    published = None
+    if args.shapes == "vllm":
+        path = path.with_name("attention_shapes.json")
+        scns = load_vllm_shapes(path)
+        published = json.loads(path.read_text()).get("published_h20_ms")
+    else:
+        scns = load_scenarios(path, args.quick)
     print(f"scenarios: {path} ({len(scns)}: {', '.join(scns)})")
     if args.dry_run:
         return dry_run(args, path, scns)
@@ -425,7 +466,8 @@ def main(argv=None) -> int:
     print(f"device: {torch.cuda.get_device_name()}  ceilings: {ceilings}")
     want_plan = any(i.startswith("hopperkit") for i in args.impls)
     per_case = len(args.impls) + want_plan
-    prog = common.Progress(len(scns) * len(args.dtypes) * per_case + want_plan * len(args.dtypes), "decode")
+    extra_plans = want_plan and args.shapes == "scenarios"
+    prog = common.Progress(len(scns) * len(args.dtypes) * per_case + extra_plans * len(args.dtypes), "decode")
     rows = []
     for name, cfg in scns.items():
         for dt in args.dtypes:
@@ -461,7 +503,7 @@ def main(argv=None) -> int:
             if want_plan:
                 rows.append(plan_row(name, cfg, cfg["lens"], dt, replays, warmup))
                 prog.update(f"{name} {dt} plan")
-    if want_plan:
+    if want_plan and args.shapes == "scenarios":
         cfg0 = next(iter(scns.values()), DEFAULTS)
         lens = [int(n) for c, n in PLAN_CASE[1] for _ in range(c)]
         for dt in args.dtypes:
@@ -470,6 +512,8 @@ def main(argv=None) -> int:
     prog.close()
     commit = common.git_commit([lambda: hopperkit().build_info().get("git")])
     result = {"device": torch.cuda.get_device_name(), "commit": commit, "ceilings": ceilings, "rows": rows}
+    if published:  # the anchors' published numbers for the same shapes (another GPU: for reference only)
+        result["published_h20_ms"] = published
     print(report(rows, args.impls))
     out = common.write_json(args.out, result)
     print(summary(rows) + f"; wrote {out}")
