@@ -83,19 +83,19 @@ def parse_vllm_shape(spec: str) -> tuple[int, int, int] | None:
 
 
 def load_vllm_shapes(path: Path) -> dict[str, dict]:
-    """attention_shapes.json's decode shapes (query length 1) as scenarios with its head layout (64 query heads,
-    8 KV heads: a GQA model on one GPU); spec-decode shapes (query length 2-8) are listed but not run here: the
-    peers' wrappers in bench/peers time query length 1 only."""
+    """attention_shapes.json's decode and spec-decode shapes (query length 1-8, uniform per batch) as scenarios
+    with its head layout (64 query heads, 8 KV heads: a GQA model on one GPU). Prefill, extend and mixed batches
+    are not decode attention's: left out."""
     data = json.loads(path.read_text())
     heads = data["heads"]
     out = {}
-    for spec in data.get("decode", []):
+    for spec in data.get("decode", []) + data.get("spec_decode", []):
         parsed = parse_vllm_shape(spec)
-        if parsed is None or parsed[1] != 1:
+        if parsed is None or not 1 <= parsed[1] <= 8 or parsed[1] > parsed[2]:
             continue
-        count, _, kv = parsed
+        count, q_len, kv = parsed
         cfg = DEFAULTS | {k: heads[k] for k in DEFAULTS if k in heads}
-        cfg["lens"], cfg["spec"] = [kv] * count, spec
+        cfg["lens"], cfg["spec"], cfg["q_len"] = [kv] * count, spec, q_len
         out[spec] = cfg
     return out
 
@@ -128,7 +128,7 @@ class Case:
     d: int
     page: int
     q_len: int
-    q: torch.Tensor                 # [B, Hq, D] bf16 (q_len 1: token r is request r's)
+    q: torch.Tensor                 # [B x q_len, Hq, D] bf16: request r's tokens are rows r q_len .. (r+1) q_len - 1
     seq_lens: torch.Tensor          # [B] int32
     cu_k: torch.Tensor              # [B + 1] int32
     sets: list
@@ -180,24 +180,28 @@ def build_case(name, cfg, dtype, n_sets, device, seed=1234) -> Case:
     cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(lens), 0)
     return Case(name, dtype, lens, hq, hkv, d, page, cfg["q_len"],
-                q=torch.randn(len(lens), hq, d, device=device, dtype=torch.bfloat16),
+                q=torch.randn(len(lens) * cfg["q_len"], hq, d, device=device, dtype=torch.bfloat16),
                 seq_lens=torch.tensor(lens, dtype=torch.int32, device=device), cu_k=cu.to(device),
                 sets=[make_kv_set(lens, hkv, d, page, dtype, device, gen) for _ in range(n_sets)],
                 scale=1.0 / math.sqrt(d))
 
 
 def reference(case: Case, s: KVSet) -> torch.Tensor:
-    """[B, Hq, D] fp32: softmax(q K^T scale) V per request, K/V gathered through the block table, dequantised."""
-    g = case.hq // case.hkv
-    q = case.q.float().view(case.batch, case.hkv, g, case.d)
-    out = torch.empty(case.batch, case.hkv, g, case.d, device=q.device)
+    """[B x q_len, Hq, D] fp32: softmax(q K^T scale) V per request, K/V gathered through the block table,
+    dequantised; a request's q_len new tokens are the last q_len of its n, causal among themselves (token i sees
+    positions < n - q_len + 1 + i)."""
+    g, ql = case.hq // case.hkv, case.q_len
+    q = case.q.float().view(case.batch, ql, case.hkv, g, case.d)
+    out = torch.empty(case.batch, ql, case.hkv, g, case.d, device=q.device)
     for r, n in enumerate(case.lens):
         pages = s.block_table[r, :(n + case.page - 1) // case.page].long()
         k = s.k[pages].flatten(0, 1)[:n].float() * s.k_scale          # [n, Hkv, D]
         v = s.v[pages].flatten(0, 1)[:n].float() * s.v_scale
-        p = (torch.einsum("hgd,nhd->hgn", q[r], k) * case.scale).softmax(-1)
-        out[r] = torch.einsum("hgn,nhd->hgd", p, v)
-    return out.view(case.batch, case.hq, case.d)
+        sc = torch.einsum("ihgd,nhd->ihgn", q[r], k) * case.scale
+        seen = torch.arange(n, device=q.device)[None, :] <= (n - ql + torch.arange(ql, device=q.device))[:, None]
+        p = sc.masked_fill(~seen[:, None, None, :], float("-inf")).softmax(-1)
+        out[r] = torch.einsum("ihgn,nhd->ihgd", p, v)
+    return out.view(case.batch * ql, case.hq, case.d)
 
 
 # ------------------------------------------------------------------------------------------------ impls
@@ -233,7 +237,7 @@ def build_hopperkit(case: Case, mode: str):
                          mode=mode, device=DEVICE)
     plan.update(case.seq_lens, block_size=case.page, max_blocks_per_seq=case.max_blocks, max_seq_len=case.max_len)
     q, q_scale = hk.quantize_query_fp8(case.q) if case.dtype == "fp8" else (case.q, None)
-    out = torch.empty(case.batch, case.hq, case.d, dtype=torch.bfloat16, device=case.q.device)
+    out = torch.empty(case.q.shape, dtype=torch.bfloat16, device=case.q.device)
 
     def call(s: KVSet):
         hk.decode_attention(q, s.k, s.v, s.block_table, case.seq_lens, plan, softmax_scale=case.scale,
@@ -373,15 +377,17 @@ def self_check(case: Case) -> str:
     assert torch.isfinite(ref).all(), "reference read a poisoned slot"
     k, v = torch_fa2.pack_kv(case.sets[0])           # independent path: packed tokens + SDPA
     assert k.is_contiguous() and k.shape == (sum(case.lens), case.hkv, case.d) and torch.isfinite(k.float()).all()
-    g, s0 = case.hq // case.hkv, case.sets[0]
+    g, s0, ql = case.hq // case.hkv, case.sets[0], case.q_len
     err = 0.0
     for r in range(case.batch):
         a, b = int(case.cu_k[r]), int(case.cu_k[r + 1])
         kr = (k[a:b].float() * s0.k_scale).repeat_interleave(g, 1).transpose(0, 1)[None]   # [1, Hq, n, D]
         vr = (v[a:b].float() * s0.v_scale).repeat_interleave(g, 1).transpose(0, 1)[None]
-        o = torch.nn.functional.scaled_dot_product_attention(case.q[r].float()[None, :, None], kr, vr,
-                                                             scale=case.scale)[0, :, 0]
-        err = max(err, common.relative_error(o, ref[r])["rel_err"])
+        qr = case.q[r * ql:(r + 1) * ql].float().transpose(0, 1)[None]                      # [1, Hq, q_len, D]
+        n = b - a  # the new tokens are the last q_len: token i sees positions < n - q_len + 1 + i
+        mask = torch.arange(n)[None, :] <= (n - ql + torch.arange(ql))[:, None]
+        o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=mask, scale=case.scale)[0]
+        err = max(err, common.relative_error(o.transpose(0, 1), ref[r * ql:(r + 1) * ql])["rel_err"])
     assert err < 1e-4, f"reference disagrees with SDPA on the packed tokens: rel_err {err:.2e}"
     return f"ok (reference vs SDPA rel_err {err:.1e})"
 

@@ -1,4 +1,5 @@
-"""Peer: flashinfer.BatchDecodeWithPagedKVCacheWrapper (NHD layout, page 64).
+"""Peer: flashinfer.BatchDecodeWithPagedKVCacheWrapper (NHD layout, page 64); for q_len > 1 (speculative decode)
+its BatchPrefillWithPagedKVCacheWrapper, causal.
 
 One wrapper per rotation set (each set has its own block table, and a plan holds its page list), each with
 its own 128 MiB workspace, built in CUDA-graph mode when the installed version offers it. plan() runs once,
@@ -89,14 +90,53 @@ def _build(case, wrapper_cls, tensor_cores: bool):
     return fns, {"use_tensor_cores": tensor_cores, "cuda_graph_wrapper": graph_mode}
 
 
+def _build_spec_decode(case, flashinfer):
+    """q_len > 1 (speculative decode): BatchPrefillWithPagedKVCacheWrapper, causal (FlashInfer aligns the
+    queries to the end of each request's KV), the FA2 backend (the bundle's prebuilt sm_90a modules), in
+    CUDA-graph mode when the installed version offers it."""
+    wrapper_cls = getattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", None)
+    if wrapper_cls is None:
+        raise Skip(f"flashinfer {getattr(flashinfer, '__version__', '?')} has no BatchPrefillWithPagedKVCacheWrapper")
+    init_names = _params(wrapper_cls.__init__)[0]
+    plan_names, plan_var_kw = _params(wrapper_cls.plan)
+    fp8 = case.dtype == "fp8"
+    graph_mode = "use_cuda_graph" in init_names
+    dev = case.q.device
+    qo_indptr = torch.arange(case.batch + 1, dtype=torch.int32, device=dev) * case.q_len
+    fns = []
+    for s in case.sets:
+        indptr, indices, last = paged_metadata(s.block_table, case.lens, case.page)
+        kw = {"kv_layout": "NHD"}
+        if "backend" in init_names:
+            kw["backend"] = "fa2"
+        if graph_mode:
+            kw.update(use_cuda_graph=True, qo_indptr_buf=torch.empty_like(qo_indptr),
+                      paged_kv_indptr_buf=torch.empty_like(indptr), paged_kv_indices_buf=torch.empty_like(indices),
+                      paged_kv_last_page_len_buf=torch.empty_like(last))
+        w = wrapper_cls(torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev), **kw)
+        want = {"causal": True, "sm_scale": case.scale, "q_data_type": torch.bfloat16, "kv_data_type": s.k.dtype,
+                "o_data_type": torch.bfloat16}
+        w.plan(qo_indptr, indptr, indices, last, case.hq, case.hkv, case.d, case.page,
+               **{k: v for k, v in want.items() if k in plan_names or plan_var_kw})
+        run_kw = {"out": torch.empty(case.q.shape, dtype=torch.bfloat16, device=dev)}
+        if fp8:
+            run_kw.update(k_scale=s.k_scale, v_scale=s.v_scale)
+        fns.append(partial(w.run, case.q, (s.k, s.v), **run_kw))
+    fns[0]()
+    torch.cuda.synchronize()
+    return fns, {"wrapper": "BatchPrefillWithPagedKVCacheWrapper (causal, fa2)", "cuda_graph_wrapper": graph_mode}
+
+
 def build(case):
-    """Returns (one callable per rotation set, info); each callable returns the [batch, Hq, D] output."""
+    """Returns (one callable per rotation set, info); each callable returns the [batch x q_len, Hq, D] output."""
     try:
         import flashinfer
     except Exception as e:  # noqa: BLE001 - any import failure is a skip reason
         raise Skip(f"import flashinfer failed: {type(e).__name__}: {e}") from None
     if case.q_len != 1:
-        raise Skip("this wrapper times q_len 1 only")
+        fns, info = _build_spec_decode(case, flashinfer)
+        info["version"] = getattr(flashinfer, "__version__", None)
+        return fns, info
     wrapper_cls = getattr(flashinfer, "BatchDecodeWithPagedKVCacheWrapper", None)
     if wrapper_cls is None:
         raise Skip(f"flashinfer {getattr(flashinfer, '__version__', '?')} has no BatchDecodeWithPagedKVCacheWrapper")

@@ -166,3 +166,27 @@ def test_profile_plan_parses_scenario_lengths():
     for bad in ("256", "0x5", "x4", "2x-1"):
         with pytest.raises(ValueError, match="--lens"):
             parse_lens(bad)
+
+
+def test_vllm_attention_shapes_as_decode_scenarios():
+    """decode_bench --shapes vllm: the grammar of vLLM's attention benchmark ([count]q<len>[s<kv>], k = x1024),
+    its decode and spec-decode shapes as 64 / 8-head scenarios (prefill, extend and mixed batches left out), and
+    the reference's causal mask for q_len > 1 checked against SDPA on a small spec-decode case (CPU)."""
+    from bench import decode_bench
+    assert decode_bench.parse_vllm_shape("8q1s1k") == (8, 1, 1024)
+    assert decode_bench.parse_vllm_shape("16q4s2k") == (16, 4, 2048)
+    assert decode_bench.parse_vllm_shape("q512") == (1, 512, 512)
+    assert decode_bench.parse_vllm_shape("q1ks2k") == (1, 1024, 2048)
+    assert decode_bench.parse_vllm_shape("2q2k_8q1s1k") is None
+    path = decode_bench.find_scenarios(None).with_name("attention_shapes.json")
+    scns = decode_bench.load_vllm_shapes(path)
+    data = json.loads(path.read_text())
+    assert set(scns) == set(data["decode"]) | set(data["spec_decode"])
+    for spec, cfg in scns.items():
+        count, q_len, kv = decode_bench.parse_vllm_shape(spec)
+        assert cfg["lens"] == [kv] * count and cfg["q_len"] == q_len
+        assert (cfg["num_q_heads"], cfg["num_kv_heads"], cfg["head_dim"]) == (64, 8, 128)
+    cfg = decode_bench.DEFAULTS | {"num_q_heads": 8, "num_kv_heads": 2, "lens": [70, 5, 130], "q_len": 4}
+    case = decode_bench.build_case("tiny", cfg, "bf16", 1, "cpu")
+    assert case.q.shape == (12, 8, 128)
+    assert decode_bench.self_check(case).startswith("ok")
