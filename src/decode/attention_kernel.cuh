@@ -196,6 +196,8 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   const int num_ctas = plan.header[kHdrNumCtas];
   const int num_pairs = plan.header[kHdrNumPairs];
   const bool by_sm = plan.header[kHdrBySm] != 0;
+  const int batch = plan.header[kHdrBatch];
+  const bool head_major = head_major_pairs(plan.header[kHdrMode]);  // the plan's pair order (pair_coords)
   int cta_t0 = plan.cta_tile_start[cta];
   int cta_t1 = plan.cta_tile_start[cta + 1];
   int cta_first_pair = plan.cta_first_pair[cta];
@@ -270,7 +272,8 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
           w_end = plan.pair_tile_start[qp + 1];
           w_first_slot = plan.pair_first_slot[qp];
           w_pieces = plan.pair_num_pieces[qp];
-          const int b = qp / H;
+          int b = 0, hh = 0;
+          pair_coords(qp, batch, H, head_major, b, hh);
           w_len = clamp_len(a.seq_lens[b], capacity);
           query_range(a, b, w_qs, w_ql, w_err);
           if (num_tiles(w_len) != w_end - w_start) w_err |= kPlanErrorStale;
@@ -296,8 +299,8 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
       const int stale = (__shfl_sync(0xffffffffu, w_err, i) & kPlanErrorStale) ? 1 : 0;
       const int lo = t - pstart;
       const int hi = (tend < pend ? tend : pend) - pstart;
-      const int b = p / H;
-      const int h = p - b * H;
+      int b = 0, h = 0;
+      pair_coords(p, batch, H, head_major, b, h);
 
       // ---- stage the chunk's query rows and metadata
       HK_TRACE_ONLY(if (lane == 0 && chunk_count == 0) HK_TR(a, kTrFirstMeta);
@@ -789,8 +792,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     for (int e = blockIdx.x * kConsumerWarps + warp; e < num_empty; e += gridDim.x * kConsumerWarps) {
       const int p = a.plan.empty_pairs[e];
       ChunkInfo ci{};
-      ci.batch_idx = p / a.num_kv_heads;
-      ci.kv_head = p - ci.batch_idx * a.num_kv_heads;
+      pair_coords(p, a.plan.header[kHdrBatch], a.num_kv_heads, head_major_pairs(a.plan.header[kHdrMode]),
+                  ci.batch_idx, ci.kv_head);
       int err = 0;
       query_range(a, ci.batch_idx, ci.q_start, ci.q_len, err);
       // planned empty: a request that has tokens now means the plan is stale -> NaN, flagged

@@ -127,8 +127,11 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   const int64_t capacity = static_cast<int64_t>(max_blocks_per_seq) * block_size;
   int errors = 0;
   std::vector<int> prefix(P + 1, 0);
+  const bool head_major = head_major_pairs(static_cast<int>(config.mode));
   for (int p = 0; p < P; ++p) {
-    int64_t len = seq_lens[p / H];
+    int b = 0, h = 0;
+    pair_coords(p, batch, H, head_major, b, h);
+    int64_t len = seq_lens[b];
     if (len < 0 || len > capacity) errors |= kPlanErrorSeqLenClamped;
     len = std::min<int64_t>(std::max<int64_t>(len, 0), capacity);
     prefix[p + 1] = prefix[p] + num_tiles(len);
@@ -157,6 +160,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       }
       C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, tiles_min, tiles_max), config.align_window_div);
     }
+    C = dynamic_head_aligned_ctas(C, H, cap, T, config.min_tiles_per_cta);  // each KV head's pairs on the same share of the CTAs (pair_coords)
     for (int i = 0; i < C; ++i) {
       const int64_t b = dynamic_cta_begin(i, T, C);
       v.cta_tile_start[i] = static_cast<int32_t>(b);

@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   // paid before the loop's own loads went out, the rule cost the plan 0.74 us at batch 256 (call 2); without it, and
   // with the loop's loads issued at once, 0.50 us (call 3))
   const bool align = a.mode == static_cast<int>(PlanMode::kDynamic) && a.align_window_div > 0;
+  const bool head_major = head_major_pairs(a.mode);
   unsigned tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;  // over the pairs; the minimum of non-zero counts
   int carry = 0;
   int err = 0;
@@ -55,11 +56,15 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
     // each item's load and use inside its own branch made the compiler wait for each load before the next
     int32_t lens[kPlanItemsPerThread] = {};
     if (p0 < P) {
-      int b = p0 / H, h = p0 - (p0 / H) * H;  // request and KV head of pair p0, then stepped (not a division per item)
+      // request and KV head of pair p0 (pair_coords), then stepped (not a division per item)
+      int b = 0, h = 0;
+      pair_coords(p0, a.batch, H, head_major, b, h);
 #pragma unroll
       for (int i = 0; i < kPlanItemsPerThread; ++i) {
         lens[i] = a.seq_lens[p0 + i < P ? b : 0];
-        if (++h == H) {
+        if (head_major) {
+          if (++b == a.batch) b = 0, ++h;
+        } else if (++h == H) {
           h = 0;
           ++b;
         }
@@ -130,6 +135,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
     // Aligned budgets (heuristics.h): the largest multiple of T / D at or below C, within C / div of it, where D
     // (dynamic_align_unit) divides every pair's tile count; from the first pass's reductions, no extra barrier.
     if (align) C = dynamic_aligned_ctas(C, T, dynamic_align_unit(s_tiles_or, s_tiles_min, s_tiles_max), a.align_window_div);
+    C = dynamic_head_aligned_ctas(C, H, cap, T, a.min_tiles_per_cta);  // each KV head's pairs on the same share of the CTAs (pair_coords)
     for (int i = tid; i < C; i += kThreads) {
       const int b = static_cast<int>(dynamic_cta_begin(i, T, C));
       v.cta_tile_start[i] = b;

@@ -82,7 +82,9 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
   ASSERT_EQ(v.pair_tile_start[0], 0);
   bool clamped = false;
   for (int p = 0; p < P; ++p) {
-    const int32_t len = lens[p / H];
+    int b = 0, h = 0;
+    pair_coords(p, B, H, head_major_pairs(v.header[kHdrMode]), b, h);
+    const int32_t len = lens[b];
     if (len < 0 || len > capacity) clamped = true;
     ASSERT_EQ(v.pair_tile_start[p + 1] - v.pair_tile_start[p], expected_tiles(len, capacity)) << "pair " << p;
   }
@@ -144,19 +146,35 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
         }
       }
     }
-    if (C != c1) {
+    // then a multiple of the KV heads (pair_coords): an aligned count is one already (T / D = H x T_h / D)
+    const int aligned_c = expect_c;
+    if (H > 1 && expect_c > H && expect_c % H != 0) {  // up where the cap and the minimum work allow, else down
+      const int up = expect_c + H - expect_c % H;
+      expect_c = up <= cap && static_cast<int64_t>(up) * std::max(min_tiles, 1) <= T ? up : expect_c - expect_c % H;
+    }
+    if (aligned_c != c1) {
+      ASSERT_EQ(expect_c, aligned_c);
       ASSERT_TRUE(all_pairs_start_ctas(v.pair_tile_start, P, T, C)) << "aligned: every pair starts a CTA";
       ASSERT_GE(C, c1 - c1 / div);
     }
     ASSERT_EQ(C, expect_c) << "c0 " << c0 << " c1 " << c1;
-    if (C != c1) ASSERT_EQ(max_chunks_by_walk(v.pair_tile_start, P, T, C), 1) << "aligned: one chunk per CTA";
+    if (aligned_c != c1) ASSERT_EQ(max_chunks_by_walk(v.pair_tile_start, P, T, C), 1) << "aligned: one chunk per CTA";
+    // KV head major pairs on a multiple of H CTAs: each head's pairs take the same share of the CTAs with the
+    // same budgets (head h's CTA h C / H + g covers what CTA g covers of head 0's pairs, shifted by h T / H)
+    if (H > 1 && C % H == 0) {
+      ASSERT_EQ(T % H, 0);
+      for (int i = 0; i <= C; ++i) {
+        const int h = i == C ? H - 1 : i / (C / H), g = i - h * (C / H);
+        ASSERT_EQ(v.cta_tile_start[i], h * (T / H) + v.cta_tile_start[g]) << "CTA " << i;
+      }
+    }
     if (c1 == c0) {
       if (T >= min_tiles) ASSERT_GE(min_budget, min_tiles) << "minimum work per CTA";
     } else {
       // more CTAs than the minimum work allows only because the smaller count crowded a CTA with chunks
       ASSERT_GT(limit, 0) << "the chunk rule is off, yet c1 != c0";
     }
-    if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0) {
+    if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0 && C >= aligned_c) {  // (rounded down: at the cap's end)
       ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
     }
     ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);

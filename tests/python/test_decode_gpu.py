@@ -64,6 +64,11 @@ SWEEP = [
     # uniform batches, which aligned budgets re-plan (on by default; off in test_plan_switches)
     ("aligned_64x4k", [4096] * 64, {}),
     ("aligned_64k_15x4k", [65536] + [4096] * 15, {}),
+    # several KV heads: dynamic plans order pairs KV head major on a multiple of H CTAs (pair_coords in
+    # heuristics.h), with empty requests between long and short ones, and a uniform batch (aligned budgets)
+    ("kv8_mixed_zero", [0, 4096, 65, 0, 300, 1, 2000, 64], {"num_q_heads": 64, "num_kv_heads": 8}),
+    ("kv4_uniform_16x1k", [1024] * 16, {"num_q_heads": 32, "num_kv_heads": 4}),
+    ("kv8_qlen4", [1000, 3000, 64, 7], {"q_lens": 4, "num_q_heads": 16, "num_kv_heads": 8}),
 ]
 
 
@@ -81,7 +86,7 @@ FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
     "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
-    "packed_kv", "aligned_64x4k", "aligned_64k_15x4k")]
+    "packed_kv", "aligned_64x4k", "aligned_64k_15x4k", "kv8_mixed_zero", "kv4_uniform_16x1k", "kv8_qlen4")]
 
 
 @pytest.mark.parametrize("q_dtype", [FP8, BF16], ids=["q_fp8", "q_bf16"])
