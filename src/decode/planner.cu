@@ -56,18 +56,16 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
     // each item's load and use inside its own branch made the compiler wait for each load before the next
     int32_t lens[kPlanItemsPerThread] = {};
     if (p0 < P) {
-      // request and KV head of pair p0 (pair_coords), then stepped (not a division per item)
+      // request and KV head of pair p0 (pair_coords), then stepped (not a division per item) along the coordinate
+      // that changes fastest: the request (KV head major pairs) or the KV head
       int b = 0, h = 0;
       pair_coords(p0, a.batch, H, head_major, b, h);
+      int fast = head_major ? b : h, slow = head_major ? h : b;
+      const int fast_n = head_major ? a.batch : H;
 #pragma unroll
       for (int i = 0; i < kPlanItemsPerThread; ++i) {
-        lens[i] = a.seq_lens[p0 + i < P ? b : 0];
-        if (head_major) {
-          if (++b == a.batch) b = 0, ++h;
-        } else if (++h == H) {
-          h = 0;
-          ++b;
-        }
+        lens[i] = a.seq_lens[p0 + i < P ? (head_major ? fast : slow) : 0];
+        if (++fast == fast_n) fast = 0, ++slow;
       }
     }
 #pragma unroll
