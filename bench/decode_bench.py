@@ -2,7 +2,10 @@
 mixed-length paged decode scenarios of decode_scenarios.json.
 
     python -m bench.decode_bench --out bench/results/h200/decode.json [--scenarios PATH] [--dtypes bf16,fp8]
-        [--impls hopperkit,hopperkit_static,flashinfer,torch_fa2] [--quick] [--dry-run]
+        [--impls hopperkit,hopperkit_static,flashinfer,torch_fa2] [--shapes scenarios|vllm] [--quick] [--dry-run]
+
+--shapes vllm runs vLLM's attention-benchmark decode and spec-decode shapes (attention_shapes.json beside the
+scenarios; 64 query / 8 KV heads, q_len 1-8 causal among the new tokens) into decode_vllm_shapes.json.
 
 Per (scenario, dtype): N rotation sets of a paged KV cache (random normal data, pages in random order, every
 unused page and every slot past a request's length NaN), N chosen so one graph reads >= 4 x L2; every impl
@@ -432,8 +435,9 @@ def parse_args(argv=None):
     ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--shapes", choices=("scenarios", "vllm"), default="scenarios",
-                    help="scenarios: decode_scenarios.json (8 / 1 heads); vllm: the decode shapes of vLLM's attention "
-                         "benchmark in attention_shapes.json (64 / 8 heads), written to decode_vllm_shapes.json")
+                    help="scenarios: decode_scenarios.json (8 / 1 heads); vllm: the decode and spec-decode shapes of "
+                         "vLLM's attention benchmark in attention_shapes.json (64 / 8 heads, q_len 1-8), written to "
+                         "decode_vllm_shapes.json")
     ap.add_argument("--quick", action="store_true", help="3 scenarios, fewer replays: a smoke run")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: list the work and self-check the inputs")
     args = ap.parse_args(argv)

@@ -174,7 +174,9 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
       // more CTAs than the minimum work allows only because the smaller count crowded a CTA with chunks
       ASSERT_GT(limit, 0) << "the chunk rule is off, yet c1 != c0";
     }
-    if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0 && C >= aligned_c) {  // (rounded down: at the cap's end)
+    // (rounded down where the cap or the minimum work stopped it: at most H - 1 CTAs below the chunk rule's count,
+    // which may leave a CTA with more chunks than the limit)
+    if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0 && C >= aligned_c) {
       ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
     }
     ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);
