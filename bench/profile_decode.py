@@ -3,6 +3,10 @@ dtype between cudaProfilerStart/Stop.
 
     ncu --clock-control none --profile-from-start off --kernel-name regex:decode_attention \
         --section SpeedOfLight --section Occupancy --section WarpStateStats python -m bench.profile_decode
+
+--heads HQ,HKV sets the head layout (default 8,1: the scenarios'; vLLM's shapes are 64,8). --flashinfer profiles
+FlashInfer's decode wrapper on the same shape instead (bench/peers/flashinfer_decode.py; the peers bundle:
+`source scripts/peers_env.sh`), on the decode benchmark's inputs (bench/decode_bench.py, one rotation set).
 """
 from __future__ import annotations
 
@@ -36,11 +40,17 @@ def main():
     ap.add_argument("--lens", default="64x4096", help="COUNTxLEN[+COUNTxLEN...]")
     ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--time", action="store_true", help="time a graph of 10 calls (KV re-read: use > L2 sizes)")
+    ap.add_argument("--heads", default="8,1", help="HQ,HKV: query and KV heads (vLLM's shapes: 64,8)")
+    ap.add_argument("--flashinfer", action="store_true", help="profile FlashInfer's decode wrapper instead")
     args = ap.parse_args()
     lens = [int(n) for part in args.lens.split("+") for c, n in [part.split("x")] for _ in range(int(c))]
+    hq, hkv = (int(x) for x in args.heads.split(","))
     for name in args.dtypes.split(","):
+        if args.flashinfer:
+            profile_flashinfer(lens, name, hq, hkv)
+            continue
         dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[name]
-        q, k, v, bt, seq = build(lens, dtype)
+        q, k, v, bt, seq = build(lens, dtype, hq=hq, hkv=hkv)
         qs = None
         if name == "fp8":
             q, qs = hopperkit.quantize_query_fp8(q)
@@ -74,6 +84,23 @@ def main():
         hopperkit.decode_attention(q, k, v, bt, seq, plan, out=out, **kw)
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()
+
+
+def profile_flashinfer(lens, name, hq, hkv):
+    """FlashInfer's decode wrapper on decode_bench's inputs for this shape: warm-up, then one profiled call."""
+    from bench import decode_bench
+    from bench.peers import flashinfer_decode
+    cfg = decode_bench.DEFAULTS | {"num_q_heads": hq, "num_kv_heads": hkv, "lens": lens}
+    case = decode_bench.build_case("profile", cfg, name, 1, "cuda")
+    fns, info = flashinfer_decode.build(case)
+    for _ in range(3):
+        fns[0]()
+    torch.cuda.synchronize()
+    print(f"flashinfer {name}: {info}")
+    torch.cuda.cudart().cudaProfilerStart()
+    fns[0]()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 if __name__ == "__main__":
