@@ -39,7 +39,7 @@ CUtensorMap make_tensor_map(const TensorMap4d& s, const char* arg) {
   const cuuint32_t box[4] = {s.box[0], s.box[1], s.box[2], s.box[3]};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   CUresult r = fn(&map, s.dtype, 4, const_cast<void*>(s.base), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle, s.promotion,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   HK_CHECK(kCuda, r == CUDA_SUCCESS, arg, "a TMA descriptor accepted by cuTensorMapEncodeTiled",
            "CUresult " + std::to_string(static_cast<int>(r)));

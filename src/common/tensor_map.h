@@ -16,6 +16,7 @@ struct TensorMap4d {
   uint64_t strides_bytes[3];
   uint32_t box[4];
   CUtensorMapSwizzle swizzle;
+  CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 };
 
 // Throws hopperkit::Error (kind kCuda) if the driver rejects the map.

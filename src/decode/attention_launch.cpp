@@ -114,6 +114,12 @@ CUtensorMap cache_tensor_map(const char* arg, const void* base, DType dt, int bl
     if (d[i].which == 2) *pos_blk = i + 1;
   }
   spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  // kKvL2PromotionBytes (heuristics.h); HOPPERKIT_DECODE_L2PROMO overrides it (profiling, read once per process)
+  static const int promo = env_int("HOPPERKIT_DECODE_L2PROMO", kKvL2PromotionBytes);
+  spec.promotion = promo == 0 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                   : promo == 64 ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+                   : promo == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                  : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   return make_tensor_map(spec, arg);
 }
 

@@ -18,6 +18,11 @@ constexpr int kHeadDim = 128;      // the only head dim supported
 constexpr int kMaxQLen = 8;        // query tokens per request (speculative decoding / MTP)
 constexpr int kMaxGroup = 16;      // query heads per KV head
 constexpr int kMaxRows = kMaxQLen * kMaxGroup;  // query rows of one (request, KV head) pair
+// L2 promotion of the K / V tensor maps, bytes (0 = none; the TMA boxes read 128-byte rows). Session 37 (same
+// build, vLLM's shapes): 128 B against the 256 B used before, 0.988x geomean over 36 points, 64 x 4K FP8 KV with
+// 8 KV heads 0.938x (its 128-byte rows are one head of a token: 256 B also pulled the next head's row into L2);
+// no promotion measured the same as 128 B. HOPPERKIT_DECODE_L2PROMO = 0 / 64 / 128 / 256 overrides it (profiling).
+constexpr int kKvL2PromotionBytes = 128;
 // Minimum tiles per CTA in dynamic mode: below this a CTA spends more on start-up and on the merge of its
 // partial result than on reading KV, so short batches use fewer CTAs instead of splitting further (unless
 // that would leave a CTA walking more than kMaxChunksPerCta chunks, see dynamic_next_ctas).
