@@ -139,8 +139,14 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   const int T = prefix[P];
   for (int p = 0; p <= P; ++p) v.pair_tile_start[p] = prefix[p];
   int C = 0, S = 1, chunk = 1;
+  // the OR, minimum (non-zero) and maximum of the pairs' tile counts (aligned budgets, uniform batches)
+  uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
+  for (int p = 0; p < P; ++p) {
+    dynamic_align_add(static_cast<uint32_t>(prefix[p + 1] - prefix[p]), tiles_or, tiles_min, tiles_max);
+  }
+  const bool uniform = dynamic_uniform_pairs(tiles_or, tiles_min, tiles_max);
   if (config.mode == PlanMode::kDynamic) {
-    const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas);
+    const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas, uniform);
     C = dynamic_num_ctas(T, cap, config.min_tiles_per_cta);
     // more CTAs while one of them would walk more than max_chunks_per_cta chunks (as the device planner)
     for (int next = dynamic_next_ctas(C, cap, T); config.max_chunks_per_cta > 0 && next != 0;
@@ -154,10 +160,6 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
     }
     // aligned budgets, as the device planner: the unit from the OR, minimum (non-zero) and maximum of the counts
     if (config.align_window_div > 0) {
-      uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
-      for (int p = 0; p < P; ++p) {
-        dynamic_align_add(static_cast<uint32_t>(prefix[p + 1] - prefix[p]), tiles_or, tiles_min, tiles_max);
-      }
       C = dynamic_aligned_ctas(C, T, dynamic_align_unit(tiles_or, tiles_min, tiles_max), config.align_window_div);
     }
     C = dynamic_head_aligned_ctas(C, H, cap, T, config.min_tiles_per_cta);  // each KV head's pairs on the same share of the CTAs (pair_coords)
@@ -205,7 +207,8 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   v.header[kHdrErrors] = errors;
   v.header[kHdrMode] = static_cast<int>(config.mode);
   v.header[kHdrBySm] =
-      config.mode == PlanMode::kDynamic && dynamic_by_sm(T, P, C, config.max_ctas, config.long_pair_ctas) ? 1 : 0;
+      config.mode == PlanMode::kDynamic && dynamic_by_sm(T, P, C, config.max_ctas, config.long_pair_ctas, uniform) ? 1
+                                                                                                              : 0;
   v.header[kHdrClaimNext] = 0;
   v.header[kHdrClaimDone] = 0;
 }

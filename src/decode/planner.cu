@@ -22,8 +22,9 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int s_err;
   __shared__ unsigned s_crowded;  // the chunk rule's crowded candidates (bit k: C doubled k times)
-  __shared__ unsigned s_tiles_or, s_tiles_max, s_tiles_min;  // aligned budgets: over the pairs' tile counts (the
-                                                             // minimum over non-zero ones)
+  __shared__ unsigned s_tiles_or, s_tiles_max, s_tiles_min;  // dynamic plans: over the pairs' tile counts (the
+                                                             // minimum over non-zero ones): aligned budgets and
+                                                             // uniform batches (dynamic_uniform_pairs)
   const DecodePlanView& v = a.plan;
   const int tid = threadIdx.x;
   const int H = a.num_kv_heads;
@@ -44,7 +45,8 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   // (from registers only. Session 31: with a load of the first pair's length ahead of the loop, whose latency was
   // paid before the loop's own loads went out, the rule cost the plan 0.74 us at batch 256 (call 2); without it, and
   // with the loop's loads issued at once, 0.50 us (call 3))
-  const bool align = a.mode == static_cast<int>(PlanMode::kDynamic) && a.align_window_div > 0;
+  const bool dynamic = a.mode == static_cast<int>(PlanMode::kDynamic);
+  const bool align = dynamic && a.align_window_div > 0;
   const bool head_major = head_major_pairs(a.mode);
   unsigned tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;  // over the pairs; the minimum of non-zero counts
   int carry = 0;
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
         if (len < 0 || len > capacity) err = kPlanErrorSeqLenClamped;
         len = len < 0 ? 0 : (len > capacity ? capacity : len);
         t[i] = num_tiles(len);
-        if (align) dynamic_align_add(static_cast<uint32_t>(t[i]), tiles_or, tiles_min, tiles_max);
+        if (dynamic) dynamic_align_add(static_cast<uint32_t>(t[i]), tiles_or, tiles_min, tiles_max);
       }
     }
     int agg;
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   }
   if (tid == 0) s_prefix[P] = carry;
   if (err) atomicOr(&s_err, err);
-  if (align) {
+  if (dynamic) {
     tiles_or = __reduce_or_sync(0xffffffffu, tiles_or);
     tiles_max = __reduce_max_sync(0xffffffffu, tiles_max);
     tiles_min = __reduce_min_sync(0xffffffffu, tiles_min);
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   // ---- CTA ranges
   int C;
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
-    const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas);
+    const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas, dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max));
     C = dynamic_num_ctas(T, cap, a.min_tiles_per_cta);
     // The chunk rule (kMaxChunksPerCta): double C while a CTA would walk too many chunks. Every candidate count
     // C, 2C, ... up to the cap is tested at once, one thread per pair (dynamic_pair_crowds), and the plan takes
@@ -203,7 +205,8 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
     v.header[kHdrErrors] = s_err;
     v.header[kHdrMode] = a.mode;
     v.header[kHdrBySm] = a.mode == static_cast<int>(PlanMode::kDynamic) &&
-                         dynamic_by_sm(T, P, C, a.max_ctas, a.long_pair_ctas);
+                         dynamic_by_sm(T, P, C, a.max_ctas, a.long_pair_ctas,
+                                       dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max));
     v.header[kHdrClaimNext] = 0;
     v.header[kHdrClaimDone] = 0;
   }

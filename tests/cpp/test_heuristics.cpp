@@ -48,28 +48,45 @@ TEST(Heuristics, DynamicCtasRespectMinimumWorkAndCap) {
 
 TEST(Heuristics, LongPairsCapTheCtas) {
   // off (0) or not long enough on average: every resident CTA
-  EXPECT_EQ(dynamic_cta_cap(1000000, 8, 264, 0), 264);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64 - 1, 64, 264, 132), 264);
+  EXPECT_EQ(dynamic_cta_cap(1000000, 8, 264, 0, false), 264);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64 - 1, 64, 264, 132, false), 264);
   // long pairs: the cap
-  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64, 64, 264, 132), 132);
-  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132), 132);  // 1 x 128K + 31 x 4K: 126 tiles per pair
+  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64, 64, 264, 132, false), 132);
+  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false), 132);  // 1 x 128K + 31 x 4K: 126 tiles per pair
   // the session-8 scenarios the threshold separates: 32 x 128 + 32 x 4K (33 tiles per pair) stays on 264
-  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132), 264);
-  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132), 132);  // 64 x 4K
+  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false), 264);
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, false), 132);  // 64 x 4K, were its pairs not uniform
+  // uniform batches (every non-empty pair the same count) are not capped: 64 x 4K, vLLM's 64 x 4K x 8 heads
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true), 264);
+  EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true), 264);
+  // ... of at least kUniformMinPairs pairs: one long request (or a few equal ones) keeps the cap
+  EXPECT_EQ(dynamic_cta_cap(1025, 1, 264, 132, true), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * (kUniformMinPairs - 1), kUniformMinPairs - 1, 264, 132, true), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true), 264);
   // never above max_ctas, no pairs: max_ctas
-  EXPECT_EQ(dynamic_cta_cap(100000, 4, 100, 132), 100);
-  EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132), 264);
+  EXPECT_EQ(dynamic_cta_cap(100000, 4, 100, 132, false), 100);
+  EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132, false), 264);
+}
+
+TEST(Heuristics, UniformPairs) {
+  uint32_t o = 0, mn = 0xffffffffu, mx = 0;
+  EXPECT_FALSE(dynamic_uniform_pairs(o, mn, mx));  // no tiles
+  for (uint32_t t : {64u, 0u, 64u}) dynamic_align_add(t, o, mn, mx);
+  EXPECT_TRUE(dynamic_uniform_pairs(o, mn, mx));  // empty pairs do not count
+  dynamic_align_add(63u, o, mn, mx);
+  EXPECT_FALSE(dynamic_uniform_pairs(o, mn, mx));
 }
 
 TEST(Heuristics, ClaimsBySmOnlyUnderTheLongPairCap) {
   const int64_t long_T = int64_t{kLongPairTiles} * 32;  // 32 pairs at the threshold
-  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132));          // capped long pairs
-  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132));  // 1 x 128K + 31 x 4K
-  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132));         // uniform_512: few tiles, not long
-  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132));             // skewed_extreme: 17 tiles per pair
-  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132));         // the grid is one per SM already
-  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0));           // off (FP8, or one CTA per SM)
-  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132));                 // nothing to claim
+  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132, false));          // capped long pairs
+  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132, false));  // 1 x 128K + 31 x 4K
+  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132, false));         // uniform_512: few tiles, not long
+  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132, false));             // skewed_extreme: 17 tiles per pair
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132, false));         // the grid is one per SM already
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0, false));           // off (FP8, or one CTA per SM)
+  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132, false));                 // nothing to claim
+  EXPECT_FALSE(dynamic_by_sm(64 * 64, 64, 132, 264, 132, true));         // uniform: not capped, not claimed
 }
 
 TEST(Heuristics, CtaBeginAndCtaOfTileAgreeWithTheir64BitFormulas) {

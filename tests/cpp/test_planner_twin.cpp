@@ -115,7 +115,12 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
   }
   if (p.cfg.mode == PlanMode::kDynamic && C > 0) {
     ASSERT_LE(max_budget - min_budget, 1) << "budgets equal within one tile";
-    const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas);
+    uint32_t t_or = 0, t_min = 0xffffffffu, t_max = 0;  // uniform batches are not capped (dynamic_uniform_pairs)
+    for (int q = 0; q < P; ++q) {
+      dynamic_align_add(static_cast<uint32_t>(v.pair_tile_start[q + 1] - v.pair_tile_start[q]), t_or, t_min, t_max);
+    }
+    const bool uniform = dynamic_uniform_pairs(t_or, t_min, t_max);
+    const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform);
     const int min_tiles = p.cfg.min_tiles_per_cta;
     const int c0 = dynamic_num_ctas(T, cap, min_tiles);
     const int limit = p.cfg.max_chunks_per_cta;
@@ -179,7 +184,7 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0 && C >= aligned_c) {
       ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
     }
-    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas) ? 1 : 0);
+    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform) ? 1 : 0);
   } else {
     ASSERT_EQ(v.header[kHdrBySm], 0);
   }
@@ -446,8 +451,8 @@ TEST(PlannerTwin, AlignedBudgets) {
          return l;
        }(),
        F8, 0, 252, 264},
-      {std::vector<int32_t>(64, 4096), B16, 132, 128, 132},  // BF16 under the long-pair cap
-      {with_long(131072, 1, 31), B16, 132, 126, 132},
+      {std::vector<int32_t>(64, 4096), B16, 132, 256, 264},  // BF16 uniform: not under the long-pair cap
+      {with_long(131072, 1, 31), B16, 132, 126, 132},        // BF16 under the long-pair cap
       {with_long(65536, 1, 15), B16, 132, 124, 132},
       {with_long(65536, 1, 7), B16, 132, 132, 132},
   };

@@ -146,14 +146,17 @@ def test_plan_matches_cpu_twin():
 
 def test_long_pairs_plan_one_cta_per_sm():
     """BF16 KV: a batch whose pairs average >= 48 tiles is spread over one CTA per SM (dynamic_cta_cap in
-    heuristics.h); FP8 KV, and BF16 batches of short pairs, keep every resident CTA. A BF16 plan of at most one
-    work item per SM in a larger grid is claimed by SM (header word 8)."""
+    heuristics.h) unless every non-empty pair has the same length in tiles; FP8 KV, BF16 batches of short pairs
+    and uniform ones keep every resident CTA. A BF16 plan of at most one work item per SM in a larger grid is
+    claimed by SM (header word 8)."""
     if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS") == "0":
         pytest.skip("the long-pair cap is switched off (HOPPERKIT_DECODE_LONG_CTAS=0)")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     long_lens = [131072] + [4096] * 31          # 126 tiles per pair
     short_lens = [128] * 32 + [4096] * 32       # 33 tiles per pair
-    for lens, kv, expect in ((long_lens, BF16, "sms"), (long_lens, FP8, "all"), (short_lens, BF16, "all")):
+    uniform_lens = [0] + [4096] * 63            # 64 tiles per non-empty pair: uniform
+    for lens, kv, expect in ((long_lens, BF16, "sms"), (long_lens, FP8, "all"), (short_lens, BF16, "all"),
+                             (uniform_lens, BF16, "all")):
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
         plan = hopperkit.DecodePlan(len(lens), 8, 1, kv_dtype=kv)
         plan.update(seq, block_size=64, max_blocks_per_seq=2048)

@@ -102,12 +102,25 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // pair and the partials merged at the end. Short pairs lose: each CTA then walks twice as many chunks one
 // after another. Measured on an H200 (session 8, same build, 1 vs 2 CTAs per SM): BF16 0.88-0.97x the time on
 // the scenarios with 64-184 tiles per pair, 1.04-1.14x at 17-33, 1.00x at 8; FP8 KV lost at 64+ (1.09-1.16x).
+// Uniform batches of at least kUniformMinPairs pairs (every non-empty pair the same tile count) are not capped
+// since session 37: with aligned budgets and L2 promotion 128 B, the cap off (same build, call 6) took
+// uniform_4096 BF16 (64 pairs) 0.961x and vLLM's 64 x 4K with 8 KV heads (512 pairs) 0.961x, while it cost the
+// one-long-request scenarios 1.004-1.011x (their cap stays). Fewer equal pairs (down to one long request, whose
+// pieces the cap halves) were not measured without it: the cap stays for them.
 constexpr int kLongPairTiles = 48;
+constexpr int kUniformMinPairs = 32;
+
+// Whether every non-empty pair has the same tile count (from dynamic_align_add's three reductions; false with
+// no tiles).
+HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32_t max) {
+  return tiles_or != 0u && min_nonzero == max;
+}
 
 // Dynamic mode: the CTA cap for a batch of `num_pairs` pairs holding `total_tiles` tiles: `long_pair_ctas` when
-// that is set (> 0) and the pairs average >= kLongPairTiles tiles, else `max_ctas`.
-HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas) {
-  const bool is_long = long_pair_ctas > 0 && num_pairs > 0 &&
+// that is set (> 0), the pairs average >= kLongPairTiles tiles and they are not a uniform batch of at least
+// kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs), else `max_ctas`.
+HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas, bool uniform) {
+  const bool is_long = long_pair_ctas > 0 && num_pairs > 0 && !(uniform && num_pairs >= kUniformMinPairs) &&
                        total_tiles >= static_cast<int64_t>(kLongPairTiles) * num_pairs;
   return is_long && long_pair_ctas < max_ctas ? long_pair_ctas : max_ctas;
 }
@@ -121,9 +134,10 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
 // than no cap on the four long-request scenarios and within 1-2% of a launched one-per-SM grid. Short batches
 // (C < SMs because there are few tiles) are not claimed by SM: the claim's extra round trips (SM counter, item
 // counter, item range) cost them 3-4.5% (uniform_512, skewed_extreme) in the same run.
-HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas) {
+HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas,
+                         bool uniform) {
   return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
-         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas) == long_pair_ctas;
+         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform) == long_pair_ctas;
 }
 
 // Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
