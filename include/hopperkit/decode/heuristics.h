@@ -102,7 +102,8 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // pair and the partials merged at the end. Short pairs lose: each CTA then walks twice as many chunks one
 // after another. Measured on an H200 (session 8, same build, 1 vs 2 CTAs per SM): BF16 0.88-0.97x the time on
 // the scenarios with 64-184 tiles per pair, 1.04-1.14x at 17-33, 1.00x at 8; FP8 KV lost at 64+ (1.09-1.16x).
-// Uniform batches of at least kUniformMinPairs pairs (every non-empty pair the same tile count) are not capped
+// Uniform batches of at least kUniformMinPairs pairs (every non-empty pair the same tile count; empty pairs count
+// towards the number) are not capped
 // since session 37: with aligned budgets and L2 promotion 128 B, the cap off (same build, call 6) took
 // uniform_4096 BF16 (64 pairs) 0.961x and vLLM's 64 x 4K with 8 KV heads (512 pairs) 0.961x, while it cost the
 // one-long-request scenarios 1.004-1.011x (their cap stays). Fewer equal pairs (down to one long request, whose
