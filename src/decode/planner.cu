@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   // ---- CTA ranges
   int C;
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
-    const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas, dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max));
+    const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas,
+                                    dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max));
     C = dynamic_num_ctas(T, cap, a.min_tiles_per_cta);
     // The chunk rule (kMaxChunksPerCta): double C while a CTA would walk too many chunks. Every candidate count
     // C, 2C, ... up to the cap is tested at once, one thread per pair (dynamic_pair_crowds), and the plan takes
