@@ -139,13 +139,14 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   const int T = prefix[P];
   for (int p = 0; p <= P; ++p) v.pair_tile_start[p] = prefix[p];
   int C = 0, S = 1, chunk = 1;
-  // the OR, minimum (non-zero) and maximum of the pairs' tile counts (aligned budgets, uniform batches)
-  uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
-  for (int p = 0; p < P; ++p) {
-    dynamic_align_add(static_cast<uint32_t>(prefix[p + 1] - prefix[p]), tiles_or, tiles_min, tiles_max);
-  }
-  const bool uniform = dynamic_uniform_pairs(tiles_or, tiles_min, tiles_max);
+  bool uniform = false;  // dynamic plans: every non-empty pair the same tile count (dynamic_uniform_pairs)
   if (config.mode == PlanMode::kDynamic) {
+    // the OR, minimum (non-zero) and maximum of the pairs' tile counts (aligned budgets, uniform batches)
+    uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
+    for (int p = 0; p < P; ++p) {
+      dynamic_align_add(static_cast<uint32_t>(prefix[p + 1] - prefix[p]), tiles_or, tiles_min, tiles_max);
+    }
+    uniform = dynamic_uniform_pairs(tiles_or, tiles_min, tiles_max);
     const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas, uniform);
     C = dynamic_num_ctas(T, cap, config.min_tiles_per_cta);
     // more CTAs while one of them would walk more than max_chunks_per_cta chunks (as the device planner)
