@@ -1,4 +1,5 @@
-// hopperkit: Hopper warpgroup MMA (wgmma) for FP8 e4m3 with fp32 accumulators, operands in shared memory.
+// hopperkit: Hopper warpgroup MMA (wgmma) with fp32 accumulators: FP8 e4m3 with both operands in shared memory, and
+// (at the end) bf16 / f16 with A from registers.
 //
 // Both operands are K-major tiles of 128-byte rows with the 128-byte swizzle (what TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B from a 1 KB aligned base, and what swz() in the MoE GEMM reproduces for cp.async).
@@ -115,6 +116,88 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
   static_assert(NT0 + N / 8 <= NT, "accumulator slice");
   HK_WGMMA_E4M3(HK_WGMMA_RW, "0")
 }
+
+// ---- 16-bit operands (bf16 or f16), A from registers ---------------------------------------------------------
+// A (64 x 16) comes from registers: each warp w of the warpgroup passes its rows 16w..16w+15 as an mma.sync
+// m16n8k16 A fragment (a0: row g, k 2 t4 (+1); a1: row g + 8; a2 / a3: k + 8). B (N x 16, or 16 x N with
+// kTnspB) from a shared-memory descriptor: kTnspB = 0 is K-major (gmma_desc_sw128), 1 is N-major
+// (gmma_desc_sw128_mn). kFirst: d = A x B (d's previous values not read), else d += A x B.
+
+// Shared-memory matrix descriptor: MN-major, 128-byte swizzle. A swizzle atom is 64 16-bit elements along MN
+// (128 contiguous bytes) x 8 rows along K (128 bytes apart); `atom_mn_bytes` is the distance between atoms along
+// MN (leading offset), `k8_bytes` the distance between groups of 8 K rows (stride offset).
+__device__ __forceinline__ uint64_t gmma_desc_sw128_mn(uint32_t smem_byte_addr, uint32_t atom_mn_bytes,
+                                                       uint32_t k8_bytes) {
+  uint64_t d = static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4);
+  d |= static_cast<uint64_t>((atom_mn_bytes >> 4) & 0x3FFFu) << 16;
+  d |= static_cast<uint64_t>((k8_bytes >> 4) & 0x3FFFu) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
+  return d;
+}
+
+#define HK_WG16_ACC4(C, i) C(d[i][0]), C(d[i][1]), C(d[i][2]), C(d[i][3])
+#define HK_WG16_ACC32(C)                                                                                    \
+  HK_WG16_ACC4(C, 0), HK_WG16_ACC4(C, 1), HK_WG16_ACC4(C, 2), HK_WG16_ACC4(C, 3), HK_WG16_ACC4(C, 4), \
+      HK_WG16_ACC4(C, 5), HK_WG16_ACC4(C, 6), HK_WG16_ACC4(C, 7)
+#define HK_WG16_ACC64(C)                                                                                       \
+  HK_WG16_ACC32(C), HK_WG16_ACC4(C, 8), HK_WG16_ACC4(C, 9), HK_WG16_ACC4(C, 10), HK_WG16_ACC4(C, 11),      \
+      HK_WG16_ACC4(C, 12), HK_WG16_ACC4(C, 13), HK_WG16_ACC4(C, 14), HK_WG16_ACC4(C, 15)
+#define HK_WG16_RW(x) "+f"(x)
+#define HK_WG16_W(x) "=f"(x)
+#define HK_WG16_REGS64                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define HK_WG16_REGS32                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define HK_WG16(NN, TY, REGS, AOPS, ACC, C, SCALE_D, TNSP)                                                         \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." TY "." TY " " REGS ", " AOPS ", " SCALE_D       \
+               ", 1, 1, " TNSP ";\n"                                                                               \
+               : ACC(C)                                                                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define HK_WG16_N64(TY, C, SD, TN) \
+  HK_WG16(64, TY, HK_WG16_REGS32, "{%32, %33, %34, %35}, %36", HK_WG16_ACC32, C, SD, TN)
+#define HK_WG16_N128(TY, C, SD, TN) \
+  HK_WG16(128, TY, HK_WG16_REGS64, "{%64, %65, %66, %67}, %68", HK_WG16_ACC64, C, SD, TN)
+
+// d (64 x 64, this warp's 16 rows as 8 n8 tiles) (+)= A x B: B K-major (N = 64 rows of 16 K elements).
+template <bool kF16, bool kFirst>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (kF16 && kFirst) {
+    HK_WG16_N64("f16", HK_WG16_W, "0", "0");
+  } else if constexpr (kF16) {
+    HK_WG16_N64("f16", HK_WG16_RW, "1", "0");
+  } else if constexpr (kFirst) {
+    HK_WG16_N64("bf16", HK_WG16_W, "0", "0");
+  } else {
+    HK_WG16_N64("bf16", HK_WG16_RW, "1", "0");
+  }
+}
+
+// d (64 x 128, this warp's 16 rows as 16 n8 tiles) += A x B: B N-major (16 K rows of 128 N elements).
+template <bool kF16>
+__device__ __forceinline__ void wgmma_m64n128k16_rs_tn(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (kF16) {
+    HK_WG16_N128("f16", HK_WG16_RW, "1", "1");
+  } else {
+    HK_WG16_N128("bf16", HK_WG16_RW, "1", "1");
+  }
+}
+
+// Pins a 32-bit register that an in-flight wgmma reads (an A fragment): it stays live, unchanged, until here.
+__device__ __forceinline__ void wgmma_fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+#undef HK_WG16_N64
+#undef HK_WG16_N128
+#undef HK_WG16
+#undef HK_WG16_REGS32
+#undef HK_WG16_REGS64
+#undef HK_WG16_W
+#undef HK_WG16_RW
+#undef HK_WG16_ACC64
+#undef HK_WG16_ACC32
+#undef HK_WG16_ACC4
 
 #undef HK_WGMMA_E4M3
 #undef HK_WGMMA_E4M3_N

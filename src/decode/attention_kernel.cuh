@@ -98,6 +98,18 @@ struct DecodeTraits {
   // (P exchanged through shared memory each tile), so it has no token-group merge at a chunk's end.
   static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
   static_assert(!kQFp8 || kWgQk, "the fp8-query variant is the FP8-KV 16-row one");
+  // Rows on wgmma (BF16 KV, 64 rows: one m-tile per warp over whole tiles): S = Q K^T as m64n64k16 with each
+  // warp's query fragments as A (registers) and the K tile as B, then O += P V as m64n128k16 with P from registers
+  // and the V tile N-major. The accumulators land in the mma.sync layout of the other variants (warp w: rows
+  // 16 w .. 16 w + 15), so the softmax and the epilogue are theirs. The tile is warpgroup-synchronous.
+  // FP8 KV (kCvt): each tile is converted to f16 once, by the four warps a quarter each, into a K / V tile pair
+  // in the BF16 layout, and the products run on f16 (the query as f16, as in the fp8 variants). Two pairs
+  // (kCvtBytes), alternating per tile: a pair is rewritten two tiles later, after a barrier that every warp reaches
+  // only once its products of the tile before have completed (a warp's wait covers its own rows only).
+  static constexpr bool kWgRows = !kQFp8 && kMT == 1 && kTW == 1;
+  static constexpr bool kCvt = kWgRows && kFp8Kv;
+  static constexpr int kCvtPairBytes = 2 * kTileTokens * kHeadDim * 2;
+  static constexpr int kCvtBytes = kCvt ? 2 * kCvtPairBytes : 0;
   static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
   // the fp8-query variant's P exchange: two [16 rows][64 tokens] f16 buffers (128-byte swizzled rows), two
   // [16 rows][4 warps] float buffers of the max each warp's P was computed against, one [16 rows][4 warps] of row sums
@@ -108,7 +120,7 @@ struct DecodeTraits {
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
   static constexpr int kFixedBytes = 2 * (kQSlotBytes + kMPad * 4) + kMergeOBytes + kMergeMLBytes +
                                      2 * static_cast<int>(sizeof(ChunkInfo)) + 64 * 8 + 64 + 1024 + kQwBytes +
-                                     kPxBytes;
+                                     kPxBytes + kCvtBytes;
   // Two CTAs per SM when each still gets two pipeline stages: eight consumer warps per SM hide the latency
   // of the per-tile dependency chain (S -> softmax -> P V) that four warps cannot.
   static constexpr int kStagesTwoPerSm = (kSmemTwoPerSm - kFixedBytes) / kStageBytes;
@@ -130,7 +142,8 @@ template <class T>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kQwOff = kStagesOff + T::kStages * T::kStageBytes;  // 1 KB aligned (stages are 16 KB)
-  static constexpr int kPxOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0 or 2 KB)
+  static constexpr int kCvtOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0 or 2 KB)
+  static constexpr int kPxOff = kCvtOff + T::kCvtBytes;  // (kCvtBytes is 0 or 64 KB)
   static constexpr int kQOff = kPxOff + T::kPxBytes;
   static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
   static constexpr int kMergeOOff = kQScaleOff + 2 * T::kMPad * 4;
@@ -701,7 +714,36 @@ __device__ __forceinline__ void store_lse(const DecodeKernelArgs& a, const Chunk
 template <class T>
 __device__ __forceinline__ void load_q_frag(uint32_t (&qa)[4], const uint8_t* qslot, int r0, int ks, int rows,
                                             int lane, int q_is_fp8, float inv_pow2_lo, float inv_pow2_hi) {
-  if constexpr (!T::kFp8) {
+  if constexpr (T::kCvt) {
+    // f16 in the natural k order (the converted tiles): a0 / a2 row lo, dims d, d + 1 / d + 8, d + 9; a1 / a3 row hi
+    const int rlo = r0 + (lane >> 2);
+    const int rhi = rlo + 8;
+    const int d = ks * 16 + 2 * (lane & 3);
+    if (q_is_fp8) {
+      const uint8_t* plo = qslot + rlo * kQRowBytes + d;
+      const uint8_t* phi = qslot + rhi * kQRowBytes + d;
+      qa[0] = rlo < rows ? ptx::e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(plo)) : 0u;
+      qa[2] = rlo < rows ? ptx::e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(plo + 8)) : 0u;
+      qa[1] = rhi < rows ? ptx::e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(phi)) : 0u;
+      qa[3] = rhi < rows ? ptx::e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(phi + 8)) : 0u;
+    } else {
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      if (rlo < rows) {
+        w[0] = *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + d * 2);
+        w[2] = *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + (d + 8) * 2);
+      }
+      if (rhi < rows) {
+        w[1] = *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + d * 2);
+        w[3] = *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + (d + 8) * 2);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float sc = (i & 1) ? inv_pow2_hi : inv_pow2_lo;
+        qa[i] = ptx::pack_f16x2(ptx::bf16_bits_to_float(w[i] & 0xffffu) * sc,
+                                ptx::bf16_bits_to_float(w[i] >> 16) * sc);
+      }
+    }
+  } else if constexpr (!T::kFp8) {
     // bf16: ldmatrix x4 over (rows lo, k lo), (rows hi, k lo), (rows lo, k hi), (rows hi, k hi)
     const int mat = lane >> 3;
     const int row = r0 + (mat & 1) * 8 + (lane & 7);
@@ -815,6 +857,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
   int stage = 0;
   uint32_t phase = 0;
   uint32_t pbuf = 0;  // the fp8-query variant's P exchange buffer (parity)
+  uint32_t cvt_count = 0;  // T::kCvt: tiles converted (the f16 pair in use: its parity)
   HK_TRACE_ONLY(unsigned long long tr_counts = 0;)
   while (true) {
     const int slot = chunk_count & 1;
@@ -1171,6 +1214,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       const uint8_t* ks_base = smem + L::kStagesOff + stage * T::kStageBytes;
       const uint8_t* vs_base = ks_base + T::kKvTileBytes;
       const int pos = tt * kTileTokens;
+      uint8_t* kcvt = smem + L::kCvtOff + (cvt_count & 1) * T::kCvtPairBytes;  // T::kCvt: this tile's f16 pair
 
       // ---- S = Q K^T for this warp's tokens
       float s[MT][NT][4];
@@ -1181,7 +1225,59 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
           for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
 
-      if constexpr (!T::kFp8) {
+      if constexpr (T::kWgRows) {
+        if constexpr (T::kCvt) {
+          // this warp's quarter of the FP8 K and V tiles (16-byte chunks of 16 dims) into the f16 pair, tokens past
+          // the sequence as zeros (V: P = 0 there must not meet a NaN); then the stage is free. Every warp has
+          // waited for its previous tile's products (wgmma_wait), so once all are at the barrier the pair is free.
+          uint8_t* cvt = kcvt;
+          const bool tail = pos + kTileTokens > len;
+          uint4 w[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int i = j * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);  // chunk: kv, token, ch
+            w[j] = *reinterpret_cast<const uint4*>(ks_base + (i >> 9) * T::kKvTileBytes + swz((i >> 3) & 63, i & 7));
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int i = j * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);
+            const int token = (i >> 3) & 63, ch = i & 7;
+            uint32_t h[8];
+            const uint32_t ws[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              h[2 * q] = ptx::e4m3x2_to_f16x2(ws[q] & 0xffffu);
+              h[2 * q + 1] = ptx::e4m3x2_to_f16x2(ws[q] >> 16);
+            }
+            if (tail && pos + token >= len) {
+#pragma unroll
+              for (int q = 0; q < 8; ++q) h[q] = 0u;
+            }
+            uint8_t* d = cvt + (i >> 9) * (kTileTokens * kHeadDim * 2) + (ch >> 2) * (kTileTokens * 128);
+            *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2)) = make_uint4(h[0], h[1], h[2], h[3]);
+            *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2 + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
+          }
+          ptx::fence_proxy_async_shared();
+          ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+        }
+        // 8 k16 steps over the head dims: K tile halves (64 dims, 64 tokens x 128 B) 8 KB apart, 32 B per step
+        const uint64_t dk = ptx::gmma_desc_sw128(ptx::smem_addr(T::kCvt ? kcvt : ks_base));
+        ptx::wgmma_fence();
+        ptx::wgmma_m64n64k16_rs<T::kFp8, true>(s[0], qf[0], dk);
+#pragma unroll
+        for (int ks = 1; ks < 8; ++ks) {
+          const uint32_t off = (ks >> 2) * (kTileTokens * 128) + (ks & 3) * 32;
+          ptx::wgmma_m64n64k16_rs<T::kFp8, false>(s[0], qf[ks], ptx::gmma_desc_add(dk, off));
+        }
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(s[0][nt][c]);
+      } else if constexpr (!T::kFp8) {
         // NT == 2: even and odd k-steps accumulate separately (two independent MMA chains per n-tile)
         float s_odd[MT][NT][4];
 #pragma unroll
@@ -1333,8 +1429,57 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
       // ---- O += P V
       const bool mask_v = pos + kTileTokens > len;
+      if constexpr (T::kWgRows) {
+        // V past the sequence (a stale page, NaN) must not reach O through P = 0: zero those token rows of the
+        // tile (a sequence's last tile only), for the whole warpgroup before its wgmma reads them
+        if (!T::kCvt && mask_v) {
+          uint8_t* vz = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
+          const int vl = len - pos;
+          for (int i = threadIdx.x; i < 2 * kTileTokens * 8; i += kConsumerWarps * 32) {
+            if (((i >> 3) & (kTileTokens - 1)) >= vl) {
+              *reinterpret_cast<uint4*>(vz + i * 16) = make_uint4(0u, 0u, 0u, 0u);
+            }
+          }
+          ptx::fence_proxy_async_shared();
+          ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+        }
+        uint32_t pa[T::KSPV][4];
 #pragma unroll
-      for (int j = 0; j < T::KSPV; ++j) {
+        for (int j = 0; j < T::KSPV; ++j) {
+          if constexpr (T::kFp8) {
+            pa[j][0] = ptx::pack_f16x2(s[0][2 * j][0], s[0][2 * j][1]);
+            pa[j][1] = ptx::pack_f16x2(s[0][2 * j][2], s[0][2 * j][3]);
+            pa[j][2] = ptx::pack_f16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
+            pa[j][3] = ptx::pack_f16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
+          } else {
+            pa[j][0] = ptx::pack_bf16x2(s[0][2 * j][0], s[0][2 * j][1]);
+            pa[j][1] = ptx::pack_bf16x2(s[0][2 * j][2], s[0][2 * j][3]);
+            pa[j][2] = ptx::pack_bf16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
+            pa[j][3] = ptx::pack_bf16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
+          }
+        }
+        // 4 k16 steps over the tile's tokens: V N-major, its two 64-dim halves 8 KB apart, 8-token groups 1 KB
+        const uint8_t* vsrc = T::kCvt ? kcvt + kTileTokens * kHeadDim * 2 : vs_base;
+        ++cvt_count;
+        const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(vsrc), kTileTokens * 128, 1024);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < T::KSPV; ++j) {
+          ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], pa[j], ptx::gmma_desc_add(dv, j * 2048));
+        }
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (int n = 0; n < 16; ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(o[0][n][c]);
+#pragma unroll
+        for (int j = 0; j < T::KSPV; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
+      }
+#pragma unroll
+      for (int j = 0; j < (T::kWgRows ? 0 : T::KSPV); ++j) {
         uint32_t pa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -1378,8 +1523,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           fp8_pv(pa, ta, tokb, vs_base, mask_v);
         }
       }
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+      if constexpr (!T::kCvt) {  // (T::kCvt released its stage once converted)
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+      }
       if (++stage == T::kStages) {
         stage = 0;
         phase ^= 1;
@@ -1447,7 +1594,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           const float inv = l > 0.f ? 1.f / l : 0.f;
           const float lse2 = l > 0.f ? m_run[mt][hh] + __log2f(l) : -INFINITY;
           if (r < rows) {
-            if constexpr (T::kFp8) {
+            if constexpr (T::kFp8 && !T::kWgRows) {  // the fp8 P V's dim permutation (o_dim<true>)
 #pragma unroll
               for (int bd = 0; bd < 8; ++bd) {
                 const int d = 16 * bd + 4 * (lane & 3);

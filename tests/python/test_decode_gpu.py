@@ -53,6 +53,8 @@ SWEEP = [
     # ragged q_len through query_start_loc, with padding tokens after the last request
     ("ragged_qlen", [200, 64, 5, 1000, 3], {"q_lens": [1, 4, 2, 8, 3], "extra_tokens": 3}),
     ("qlen_gt_len", [2, 1, 40], {"q_lens": [4, 3, 8]}),
+    # 64 query rows (the wgmma-rows variants) over 16-token pages in the HND layout
+    ("qlen8_bs16_hnd", _lens("mixed", 5, 96), {"q_lens": 8, "block_size": 16, "layout": "HND"}),
     # empty requests inside a batch
     ("zero_len", [0, 100, 0, 5], {}),
     # batch sizes
@@ -84,7 +86,8 @@ def test_bf16(name, lens, kw, mode):
 
 FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
-    "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen8_group16", "ragged_qlen", "zero_len",
+    "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen5", "qlen8", "qlen8_group16", "qlen4_group16",
+    "qlen_gt_len", "qlen8_bs16_hnd", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
     "packed_kv", "aligned_64x4k", "aligned_64k_15x4k", "kv8_mixed_zero", "kv4_uniform_16x1k", "kv8_qlen4")]
 
