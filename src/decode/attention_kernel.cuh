@@ -98,18 +98,18 @@ struct DecodeTraits {
   // (P exchanged through shared memory each tile), so it has no token-group merge at a chunk's end.
   static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
   static_assert(!kQFp8 || kWgQk, "the fp8-query variant is the FP8-KV 16-row one");
-  // Rows on wgmma (BF16 KV, 64 rows: one m-tile per warp over whole tiles): S = Q K^T as m64n64k16 with each
-  // warp's query fragments as A (registers) and the K tile as B, then O += P V as m64n128k16 with P from registers
-  // and the V tile N-major. The accumulators land in the mma.sync layout of the other variants (warp w: rows
-  // 16 w .. 16 w + 15), so the softmax and the epilogue are theirs. The tile is warpgroup-synchronous.
+  // Rows on wgmma (64 rows: one m-tile per warp over whole tiles): S = Q K^T as m64n64k16 with each warp's query
+  // fragments as A (registers) and the K tile as B, then O += P V as m64n128k16 with P from registers and the V
+  // tile N-major. The accumulators land in the mma.sync layout of the other variants (warp w: rows 16 w .. 16 w +
+  // 15), so the softmax and the epilogue are theirs. The tile loop (consumer_warps) is pipelined by one tile.
   // FP8 KV (kCvt): each tile is converted to f16 once, by the four warps a quarter each, into a K / V tile pair
-  // in the BF16 layout, and the products run on f16 (the query as f16, as in the fp8 variants). Two pairs
-  // (kCvtBytes), alternating per tile: a pair is rewritten two tiles later, after a barrier that every warp reaches
-  // only once its products of the tile before have completed (a warp's wait covers its own rows only).
+  // in the BF16 layout, and the products run on f16 (the query as f16, as in the fp8 variants). Three pairs
+  // (kCvtBytes), in turn: the tile loop (consumer_warps) converts one tile ahead and rewrites a pair three tiles
+  // after its use, once a barrier has shown every warp's products of that tile complete.
   static constexpr bool kWgRows = !kQFp8 && kMT == 1 && kTW == 1;
   static constexpr bool kCvt = kWgRows && kFp8Kv;
   static constexpr int kCvtPairBytes = 2 * kTileTokens * kHeadDim * 2;
-  static constexpr int kCvtBytes = kCvt ? 2 * kCvtPairBytes : 0;
+  static constexpr int kCvtBytes = kCvt ? 3 * kCvtPairBytes : 0;
   static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
   // the fp8-query variant's P exchange: two [16 rows][64 tokens] f16 buffers (128-byte swizzled rows), two
   // [16 rows][4 warps] float buffers of the max each warp's P was computed against, one [16 rows][4 warps] of row sums
@@ -143,7 +143,7 @@ struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kQwOff = kStagesOff + T::kStages * T::kStageBytes;  // 1 KB aligned (stages are 16 KB)
   static constexpr int kCvtOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0 or 2 KB)
-  static constexpr int kPxOff = kCvtOff + T::kCvtBytes;  // (kCvtBytes is 0 or 64 KB)
+  static constexpr int kPxOff = kCvtOff + T::kCvtBytes;  // (kCvtBytes is 0 or 96 KB)
   static constexpr int kQOff = kPxOff + T::kPxBytes;
   static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
   static constexpr int kMergeOOff = kQScaleOff + 2 * T::kMPad * 4;
@@ -160,6 +160,7 @@ struct Barriers {
   uint64_t* empty;   // [kStages] consumers done with the stage
   uint64_t* qfull;   // [2] query slot + chunk info staged
   uint64_t* qempty;  // [2] consumers done with the query slot
+  uint64_t* done;    // (T::kWgRows) phase 0 completed at set-up and never again: a wait on it returns at once
 };
 
 // Coordinates (dims 1..3) of one page's box in a cache tensor map whose dims are sorted by stride.
@@ -857,7 +858,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
   int stage = 0;
   uint32_t phase = 0;
   uint32_t pbuf = 0;  // the fp8-query variant's P exchange buffer (parity)
-  uint32_t cvt_count = 0;  // T::kCvt: tiles converted (the f16 pair in use: its parity)
+  int cvt_pair = 0;  // T::kCvt: the f16 pair the next tile is converted into (0, 1, 2)
   HK_TRACE_ONLY(unsigned long long tr_counts = 0;)
   while (true) {
     const int slot = chunk_count & 1;
@@ -1196,8 +1197,271 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     }
 
+    // Online softmax of one tile's S (this warp's rows x tokens from tok0): scale, causal / length mask, running max
+    // and sum, O rescaled when the max moved; S becomes P (unnormalised, fp32).
+    auto online_softmax = [&](float (&s)[MT][NT][4], int pos) {
+    const bool need_mask = pos + kTileTokens > min_row_end;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
+            if (need_mask) {
+              const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
+              v = kv < row_end[mt][hh] ? v : -INFINITY;
+            }
+            s[mt][nt][hh * 2 + c] = v;
+            mx = fmaxf(mx, v);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mt][hh], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
+        m_run[mt][hh] = m_new;
+        float rowsum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
+            s[mt][nt][hh * 2 + c] = pv;
+            rowsum += pv;
+          }
+        }
+        l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
+        if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
+#pragma unroll
+          for (int n = 0; n < 16; ++n) {
+            o[mt][n][hh * 2] *= alpha;
+            o[mt][n][hh * 2 + 1] *= alpha;
+          }
+        }
+      }
+    }
+    };
+
+    // ---- rows on wgmma (T::kWgRows), pipelined by one tile. Per tile t: (FP8) convert tile t + 1 into its f16
+    // pair; wait for S(t) and P V(t - 1); (FP8) a barrier: every warp's products of tile t - 1 have completed and
+    // tile t + 1's pair is written (so a pair is rewritten three tiles later: three pairs), then its stage is
+    // released; issue S(t + 1) (on a chunk's last tile a discarded product of tile t's K: no wgmma inside a
+    // data-dependent branch), which runs during the softmax of S(t); issue P V(t), which runs during the next
+    // tile's conversion. BF16 releases a tile's stage once its P V has completed.
+    if constexpr (T::kWgRows) {
+      // this warp's quarter of an FP8 K and V tile (16-byte chunks of 16 dims) into an f16 pair in the BF16 layout,
+      // tokens from `pos` past the sequence as zeros (V: P = 0 there must not meet a NaN)
+      auto convert = [&](const uint8_t* src, uint8_t* dst, int pos) {
+        const bool tail = pos + kTileTokens > len;
+#pragma unroll
+        for (int j0 = 0; j0 < 8; j0 += 4) {
+          uint4 w[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int i = (j0 + j) * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);  // kv, token, chunk
+            w[j] = *reinterpret_cast<const uint4*>(src + (i >> 9) * T::kKvTileBytes + swz((i >> 3) & 63, i & 7));
+          }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int i = (j0 + j) * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);
+            const int token = (i >> 3) & 63, ch = i & 7;
+            uint32_t h[8];
+            const uint32_t ws[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              h[2 * q] = ptx::e4m3x2_to_f16x2(ws[q] & 0xffffu);
+              h[2 * q + 1] = ptx::e4m3x2_to_f16x2(ws[q] >> 16);
+            }
+            if (tail && pos + token >= len) {
+#pragma unroll
+              for (int q = 0; q < 8; ++q) h[q] = 0u;
+            }
+            uint8_t* d = dst + (i >> 9) * (kTileTokens * kHeadDim * 2) + (ch >> 2) * (kTileTokens * 128);
+            *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2)) = make_uint4(h[0], h[1], h[2], h[3]);
+            *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2 + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
+          }
+        }
+      };
+      // the products read K (and V) from the stage (BF16) or from the tile's f16 pair (FP8)
+      auto k_base = [&](int stg, int pair) -> const uint8_t* {
+        return T::kCvt ? smem + L::kCvtOff + pair * T::kCvtPairBytes : smem + L::kStagesOff + stg * T::kStageBytes;
+      };
+      // S = Q K^T: 8 k16 steps over the head dims; K tile halves (64 dims, 64 tokens x 128 B) 8 KB apart
+      // (the accumulators pinned by wgmma_fence_operand around each issue, so that no other instruction on them is
+      // moved into it: ptxas then serialises every wgmma, C7515)
+      auto fence_acc = [&](auto& d) {
+#pragma unroll
+        for (int n = 0; n < static_cast<int>(sizeof(d) / sizeof(d[0])); ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(d[n][c]);
+      };
+      auto issue_s = [&](float (&d)[NT][4], const uint8_t* kb) {
+        const uint64_t dk = ptx::gmma_desc_sw128(ptx::smem_addr(kb));
+        fence_acc(d);
+        ptx::wgmma_fence();
+        ptx::wgmma_m64n64k16_rs<T::kFp8, true>(d, qf[0], dk);
+#pragma unroll
+        for (int ks = 1; ks < 8; ++ks) {
+          const uint32_t off = (ks >> 2) * (kTileTokens * 128) + (ks & 3) * 32;
+          ptx::wgmma_m64n64k16_rs<T::kFp8, false>(d, qf[ks], ptx::gmma_desc_add(dk, off));
+        }
+        ptx::wgmma_commit();
+        fence_acc(d);
+      };
+      auto advance = [&]() {
+        if (++stage == T::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      };
+      if (a.debug_flags & 1) {  // experiment: data pipeline only
+        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+          ptx::mbar_wait(&bars.full[stage], phase);
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          advance();
+        }
+      } else {
+        float sn[NT][4];          // the S product in flight
+        uint32_t pa[T::KSPV][4];  // P of the tile whose P V is in flight
+#pragma unroll
+        for (int j = 0; j < T::KSPV; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) pa[j][c] = 0u;
+        ptx::mbar_wait(&bars.full[stage], phase);  // a chunk has at least one tile (empty pairs never get here)
+        HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0) HK_TR(a, kTrFirstKv);
+                      if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkKv + chunk_count);)
+        int cur_stage = stage, cur_pair = cvt_pair;
+        if constexpr (T::kCvt) {
+          convert(smem + L::kStagesOff + stage * T::kStageBytes, const_cast<uint8_t*>(k_base(0, cur_pair)),
+                  ci.tile_lo * kTileTokens);
+          ptx::fence_proxy_async_shared();
+          ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          cvt_pair = cvt_pair == 2 ? 0 : cvt_pair + 1;
+        }
+        fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
+        fence_acc(pa);
+        issue_s(sn, k_base(cur_stage, cur_pair));
+        advance();
+        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+          const int pos = tt * kTileTokens;
+          const bool has_next = tt + 1 < ci.tile_hi;
+          const int next_stage = stage, next_pair = cvt_pair;
+          // the next tile landed (FP8: converted into its pair). No branch around a wait loop or the conversion
+          // while products are in flight (ptxas then serialised every wgmma, C7518): on a chunk's last tile the wait
+          // is on `done` and the conversion of whatever the next stage holds goes to the next pair, which no product
+          // reads (it was last read three tiles ago) and which the next chunk rewrites before use.
+          ptx::mbar_wait(has_next ? &bars.full[next_stage] : bars.done, has_next ? phase : 0u);
+          if constexpr (T::kCvt) {
+            convert(smem + L::kStagesOff + next_stage * T::kStageBytes, const_cast<uint8_t*>(k_base(0, next_pair)),
+                    pos + kTileTokens);
+          }
+          ptx::wgmma_wait<0>();  // S(t), and P V(t - 1) for this warp's rows
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(sn[nt][c]);
+#pragma unroll
+          for (int n = 0; n < 16; ++n)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(o[0][n][c]);
+#pragma unroll
+          for (int j = 0; j < T::KSPV; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
+          if constexpr (T::kCvt) {
+            ptx::fence_proxy_async_shared();
+            ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+            __syncwarp();
+            if (has_next && lane == 0) ptx::mbar_arrive(&bars.empty[next_stage]);
+            if (has_next) cvt_pair = cvt_pair == 2 ? 0 : cvt_pair + 1;
+          } else if (tt > ci.tile_lo) {  // the previous tile's P V has completed: its stage is free
+            const int prev = cur_stage == 0 ? T::kStages - 1 : cur_stage - 1;
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(&bars.empty[prev]);
+          }
+          const uint8_t* vb = k_base(cur_stage, cur_pair) + T::kKvTileBytes * (T::kCvt ? 2 : 1);
+          if (!T::kCvt && pos + kTileTokens > len) {
+            // BF16: V past the sequence (a stale page, NaN) must not reach O through P = 0: zero those token rows
+            // (a sequence's last tile only), for the whole warpgroup before its P V reads them; here, where no product
+            // is in flight (a store loop under a product in flight made ptxas serialise every wgmma: C7518)
+            uint8_t* vz = const_cast<uint8_t*>(vb);
+            const int vl = len - pos;
+            for (int i = threadIdx.x; i < 2 * kTileTokens * 8; i += kConsumerWarps * 32) {
+              if (((i >> 3) & (kTileTokens - 1)) >= vl) {
+                *reinterpret_cast<uint4*>(vz + i * 16) = make_uint4(0u, 0u, 0u, 0u);
+              }
+            }
+            ptx::fence_proxy_async_shared();
+            ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+          }
+          float s[MT][NT][4];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[0][nt][c] = sn[nt][c];
+          issue_s(sn, has_next ? k_base(next_stage, next_pair) : k_base(cur_stage, cur_pair));
+          online_softmax(s, pos);
+#pragma unroll
+          for (int j = 0; j < T::KSPV; ++j) {
+            if constexpr (T::kFp8) {
+              pa[j][0] = ptx::pack_f16x2(s[0][2 * j][0], s[0][2 * j][1]);
+              pa[j][1] = ptx::pack_f16x2(s[0][2 * j][2], s[0][2 * j][3]);
+              pa[j][2] = ptx::pack_f16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
+              pa[j][3] = ptx::pack_f16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
+            } else {
+              pa[j][0] = ptx::pack_bf16x2(s[0][2 * j][0], s[0][2 * j][1]);
+              pa[j][1] = ptx::pack_bf16x2(s[0][2 * j][2], s[0][2 * j][3]);
+              pa[j][2] = ptx::pack_bf16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
+              pa[j][3] = ptx::pack_bf16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
+            }
+          }
+          // O += P V: 4 k16 steps over the tile's tokens; V N-major, its 64-dim halves 8 KB apart, 8 tokens 1 KB
+          const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(vb), kTileTokens * 128, 1024);
+          fence_acc(o[0]);
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < T::KSPV; ++j) {
+            ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], pa[j], ptx::gmma_desc_add(dv, j * 2048));
+          }
+          ptx::wgmma_commit();
+          fence_acc(o[0]);
+          if (has_next) {
+            cur_stage = next_stage;
+            cur_pair = next_pair;
+            advance();
+          }
+        }
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(sn[nt][c]);
+#pragma unroll
+        for (int n = 0; n < 16; ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(o[0][n][c]);
+#pragma unroll
+        for (int j = 0; j < T::KSPV; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
+        if constexpr (!T::kCvt) {  // the last tile's stage
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(&bars.empty[cur_stage]);
+        }
+      }
+    }
+
     // (the fp8-query variant ran its tiles above)
-    for (int tt = ci.tile_lo; !use_wg && tt < ci.tile_hi; ++tt) {
+    // (and the rows-on-wgmma variants below)
+    for (int tt = ci.tile_lo; !use_wg && !T::kWgRows && tt < ci.tile_hi; ++tt) {
       ptx::mbar_wait(&bars.full[stage], phase);
       HK_TRACE_ONLY(if (threadIdx.x == 0 && chunk_count == 0 && tt == ci.tile_lo) HK_TR(a, kTrFirstKv);
                     if (threadIdx.x == 0 && chunk_count < kTrChunks && tt == ci.tile_lo)
@@ -1214,7 +1478,6 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       const uint8_t* ks_base = smem + L::kStagesOff + stage * T::kStageBytes;
       const uint8_t* vs_base = ks_base + T::kKvTileBytes;
       const int pos = tt * kTileTokens;
-      uint8_t* kcvt = smem + L::kCvtOff + (cvt_count & 1) * T::kCvtPairBytes;  // T::kCvt: this tile's f16 pair
 
       // ---- S = Q K^T for this warp's tokens
       float s[MT][NT][4];
@@ -1225,59 +1488,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
           for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
 
-      if constexpr (T::kWgRows) {
-        if constexpr (T::kCvt) {
-          // this warp's quarter of the FP8 K and V tiles (16-byte chunks of 16 dims) into the f16 pair, tokens past
-          // the sequence as zeros (V: P = 0 there must not meet a NaN); then the stage is free. Every warp has
-          // waited for its previous tile's products (wgmma_wait), so once all are at the barrier the pair is free.
-          uint8_t* cvt = kcvt;
-          const bool tail = pos + kTileTokens > len;
-          uint4 w[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int i = j * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);  // chunk: kv, token, ch
-            w[j] = *reinterpret_cast<const uint4*>(ks_base + (i >> 9) * T::kKvTileBytes + swz((i >> 3) & 63, i & 7));
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int i = j * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);
-            const int token = (i >> 3) & 63, ch = i & 7;
-            uint32_t h[8];
-            const uint32_t ws[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              h[2 * q] = ptx::e4m3x2_to_f16x2(ws[q] & 0xffffu);
-              h[2 * q + 1] = ptx::e4m3x2_to_f16x2(ws[q] >> 16);
-            }
-            if (tail && pos + token >= len) {
-#pragma unroll
-              for (int q = 0; q < 8; ++q) h[q] = 0u;
-            }
-            uint8_t* d = cvt + (i >> 9) * (kTileTokens * kHeadDim * 2) + (ch >> 2) * (kTileTokens * 128);
-            *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2)) = make_uint4(h[0], h[1], h[2], h[3]);
-            *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2 + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
-          }
-          ptx::fence_proxy_async_shared();
-          ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-          __syncwarp();
-          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
-        }
-        // 8 k16 steps over the head dims: K tile halves (64 dims, 64 tokens x 128 B) 8 KB apart, 32 B per step
-        const uint64_t dk = ptx::gmma_desc_sw128(ptx::smem_addr(T::kCvt ? kcvt : ks_base));
-        ptx::wgmma_fence();
-        ptx::wgmma_m64n64k16_rs<T::kFp8, true>(s[0], qf[0], dk);
-#pragma unroll
-        for (int ks = 1; ks < 8; ++ks) {
-          const uint32_t off = (ks >> 2) * (kTileTokens * 128) + (ks & 3) * 32;
-          ptx::wgmma_m64n64k16_rs<T::kFp8, false>(s[0], qf[ks], ptx::gmma_desc_add(dk, off));
-        }
-        ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(s[0][nt][c]);
-      } else if constexpr (!T::kFp8) {
+      if constexpr (!T::kFp8) {
         // NT == 2: even and odd k-steps accumulate separately (two independent MMA chains per n-tile)
         float s_odd[MT][NT][4];
 #pragma unroll
@@ -1381,105 +1592,12 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
 
       // ---- scale, mask, online softmax
-      const bool need_mask = pos + kTileTokens > min_row_end;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
-              if (need_mask) {
-                const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
-                v = kv < row_end[mt][hh] ? v : -INFINITY;
-              }
-              s[mt][nt][hh * 2 + c] = v;
-              mx = fmaxf(mx, v);
-            }
-          }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m_run[mt][hh], mx);
-          const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
-          m_run[mt][hh] = m_new;
-          float rowsum = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
-              s[mt][nt][hh * 2 + c] = pv;
-              rowsum += pv;
-            }
-          }
-          l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
-          if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
-#pragma unroll
-            for (int n = 0; n < 16; ++n) {
-              o[mt][n][hh * 2] *= alpha;
-              o[mt][n][hh * 2 + 1] *= alpha;
-            }
-          }
-        }
-      }
+      online_softmax(s, pos);
 
       // ---- O += P V
       const bool mask_v = pos + kTileTokens > len;
-      if constexpr (T::kWgRows) {
-        // V past the sequence (a stale page, NaN) must not reach O through P = 0: zero those token rows of the
-        // tile (a sequence's last tile only), for the whole warpgroup before its wgmma reads them
-        if (!T::kCvt && mask_v) {
-          uint8_t* vz = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
-          const int vl = len - pos;
-          for (int i = threadIdx.x; i < 2 * kTileTokens * 8; i += kConsumerWarps * 32) {
-            if (((i >> 3) & (kTileTokens - 1)) >= vl) {
-              *reinterpret_cast<uint4*>(vz + i * 16) = make_uint4(0u, 0u, 0u, 0u);
-            }
-          }
-          ptx::fence_proxy_async_shared();
-          ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-        }
-        uint32_t pa[T::KSPV][4];
 #pragma unroll
-        for (int j = 0; j < T::KSPV; ++j) {
-          if constexpr (T::kFp8) {
-            pa[j][0] = ptx::pack_f16x2(s[0][2 * j][0], s[0][2 * j][1]);
-            pa[j][1] = ptx::pack_f16x2(s[0][2 * j][2], s[0][2 * j][3]);
-            pa[j][2] = ptx::pack_f16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
-            pa[j][3] = ptx::pack_f16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
-          } else {
-            pa[j][0] = ptx::pack_bf16x2(s[0][2 * j][0], s[0][2 * j][1]);
-            pa[j][1] = ptx::pack_bf16x2(s[0][2 * j][2], s[0][2 * j][3]);
-            pa[j][2] = ptx::pack_bf16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
-            pa[j][3] = ptx::pack_bf16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
-          }
-        }
-        // 4 k16 steps over the tile's tokens: V N-major, its two 64-dim halves 8 KB apart, 8-token groups 1 KB
-        const uint8_t* vsrc = T::kCvt ? kcvt + kTileTokens * kHeadDim * 2 : vs_base;
-        ++cvt_count;
-        const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(vsrc), kTileTokens * 128, 1024);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < T::KSPV; ++j) {
-          ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], pa[j], ptx::gmma_desc_add(dv, j * 2048));
-        }
-        ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
-#pragma unroll
-        for (int n = 0; n < 16; ++n)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(o[0][n][c]);
-#pragma unroll
-        for (int j = 0; j < T::KSPV; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
-      }
-#pragma unroll
-      for (int j = 0; j < (T::kWgRows ? 0 : T::KSPV); ++j) {
+      for (int j = 0; j < T::KSPV; ++j) {
         uint32_t pa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -1523,10 +1641,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           fp8_pv(pa, ta, tokb, vs_base, mask_v);
         }
       }
-      if constexpr (!T::kCvt) {  // (T::kCvt released its stage once converted)
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
-      }
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
       if (++stage == T::kStages) {
         stage = 0;
         phase ^= 1;
@@ -1740,6 +1856,8 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
   bars.empty = bar_base + T::kStages;
   bars.qfull = bar_base + 2 * T::kStages;
   bars.qempty = bar_base + 2 * T::kStages + 2;
+  bars.done = bar_base + 2 * T::kStages + 4;
+  static_assert(2 * T::kStages + 5 <= 64, "barrier slots");
   ChunkInfo* infos = reinterpret_cast<ChunkInfo*>(smem + L::kInfoOff);
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::kStages; ++s) {
@@ -1749,6 +1867,10 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
     for (int s = 0; s < 2; ++s) {
       ptx::mbar_init(&bars.qfull[s], 33);
       ptx::mbar_init(&bars.qempty[s], kConsumerWarps);
+    }
+    if constexpr (T::kWgRows) {
+      ptx::mbar_init(bars.done, 1);
+      ptx::mbar_arrive(bars.done);
     }
     ptx::fence_barrier_init();
     HK_TRACE_ONLY(for (int e = kTrFirstMeta; e < kTraceSlots; ++e) HK_TR_SET(args, e, 0);)
