@@ -53,8 +53,10 @@ SWEEP = [
     # ragged q_len through query_start_loc, with padding tokens after the last request
     ("ragged_qlen", [200, 64, 5, 1000, 3], {"q_lens": [1, 4, 2, 8, 3], "extra_tokens": 3}),
     ("qlen_gt_len", [2, 1, 40], {"q_lens": [4, 3, 8]}),
-    # 64 query rows (the wgmma-rows variants) over 16-token pages in the HND layout
+    # 64 query rows (the wgmma-rows variants) over 16-token pages in the HND layout, and many short pairs (several
+    # chunks per CTA: the tile pipeline's chunk changes, FP8's f16 pairs in turn across them)
     ("qlen8_bs16_hnd", _lens("mixed", 5, 96), {"q_lens": 8, "block_size": 16, "layout": "HND"}),
+    ("qlen8_many_short", [65, 1, 130, 64, 200, 3, 7, 129] * 6, {"q_lens": 8}),
     # empty requests inside a batch
     ("zero_len", [0, 100, 0, 5], {}),
     # batch sizes
@@ -87,7 +89,7 @@ def test_bf16(name, lens, kw, mode):
 FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
     "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen5", "qlen8", "qlen8_group16", "qlen4_group16",
-    "qlen_gt_len", "qlen8_bs16_hnd", "ragged_qlen", "zero_len",
+    "qlen_gt_len", "qlen8_bs16_hnd", "qlen8_many_short", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
     "packed_kv", "aligned_64x4k", "aligned_64k_15x4k", "kv8_mixed_zero", "kv4_uniform_16x1k", "kv8_qlen4")]
 
@@ -226,6 +228,18 @@ def test_by_sm_one_claimer_runs_every_item():
     if "3 skipped" in out:
         pytest.skip("no plan is claimed by SM on this GPU (one attention CTA per SM)")
     assert "3 passed" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_64_rows_bitwise_determinism(kv):
+    """The 64-row (wgmma) variants: three launches with one plan agree bit for bit and match the reference."""
+    lens = [4097, 65, 1, 3000, 640, 129, 2, 64] * 3
+    case = make_case(lens, q_lens=8, kv_dtype=FP8 if kv == "fp8" else BF16, seed=_seed("rows64_" + kv))
+    plan = make_plan(case)
+    outs = [run(case, plan) for _ in range(3)]
+    check(case, outs[0][0], outs[0][1], f"64 rows {kv}")
+    for o, _ in outs[1:]:
+        assert torch.equal(o.view(torch.int16), outs[0][0].view(torch.int16)), "outputs differ between launches"
 
 
 def test_plan_kernel_reuse_across_layers_and_bitwise_determinism():
