@@ -1,5 +1,5 @@
 // hopperkit: Hopper warpgroup MMA (wgmma) with fp32 accumulators: FP8 e4m3 with both operands in shared memory, and
-// (at the end) bf16 / f16 with A from registers.
+// (at the end) bf16 / f16, and e4m3, with A from registers.
 //
 // Both operands are K-major tiles of 128-byte rows with the 128-byte swizzle (what TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B from a 1 KB aligned base, and what swz() in the MoE GEMM reproduces for cp.async).
@@ -117,7 +117,7 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
   HK_WGMMA_E4M3(HK_WGMMA_RW, "0")
 }
 
-// ---- 16-bit operands (bf16 or f16), A from registers ---------------------------------------------------------
+// ---- A from registers: 16-bit operands (bf16 or f16), then e4m3 -------------------------------------------------
 // A (64 x 16) comes from registers: each warp w of the warpgroup passes its rows 16w..16w+15 as an mma.sync
 // m16n8k16 A fragment (a0: row g, k 2 t4 (+1); a1: row g + 8; a2 / a3: k + 8). B (N x 16, or 16 x N with
 // kTnspB) from a shared-memory descriptor: kTnspB = 0 is K-major (gmma_desc_sw128), 1 is N-major
@@ -182,6 +182,23 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tn(float (&d)[16][4], const 
     HK_WG16_N128("f16", HK_WG16_RW, "1", "1");
   } else {
     HK_WG16_N128("bf16", HK_WG16_RW, "1", "1");
+  }
+}
+
+// d (64 x 64) (+)= A x B with e4m3 operands, k32: A from registers (this warp's rows as an mma.sync m16n8k32 A
+// fragment: a0 row g, k 4 t4 .. 4 t4 + 3; a1 row g + 8; a2 / a3 k + 16), B K-major (64 rows of 32 bytes).
+template <bool kFirst>
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (kFirst) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WG16_REGS32
+                 ", {%32, %33, %34, %35}, %36, 0, 1, 1;\n"
+                 : HK_WG16_ACC32(HK_WG16_W)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  } else {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WG16_REGS32
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+                 : HK_WG16_ACC32(HK_WG16_RW)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
   }
 }
 

@@ -77,9 +77,10 @@ struct ChunkInfo {
   int pad[2];
 };
 
-template <bool kFp8Kv, int kMT, int kTW, bool kQFp8 = false>
+template <bool kFp8Kv, int kMT, int kTW, bool kQFp8In = false>
 struct DecodeTraits {
   static constexpr bool kFp8 = kFp8Kv;
+  static constexpr bool kQFp8 = kQFp8In;  // launched only for an fp8 query
   static constexpr int MT = kMT;                         // m16 tiles per warp
   static constexpr int TW = kTW;                         // token groups per tile
   static constexpr int RW = kConsumerWarps / kTW;        // row groups
@@ -97,7 +98,8 @@ struct DecodeTraits {
   // buffer once), pipelined one tile ahead. Its warps split the tile's tokens for S^T and the head dims for P V
   // (P exchanged through shared memory each tile), so it has no token-group merge at a chunk's end.
   static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
-  static_assert(!kQFp8 || kWgQk, "the fp8-query variant is the FP8-KV 16-row one");
+  static_assert(!kQFp8 || (kFp8Kv && kMT == 1 && (kTW == 4 || kTW == 1)),
+                "the fp8-query variants are the FP8-KV 16- and 64-row ones");
   // Rows on wgmma (64 rows: one m-tile per warp over whole tiles): S = Q K^T as m64n64k16 with each warp's query
   // fragments as A (registers) and the K tile as B, then O += P V as m64n128k16 with P from registers and the V
   // tile N-major. The accumulators land in the mma.sync layout of the other variants (warp w: rows 16 w .. 16 w +
@@ -105,10 +107,12 @@ struct DecodeTraits {
   // FP8 KV (kCvt): each tile is converted to f16 once, by the four warps a quarter each, into a K / V tile pair
   // in the BF16 layout, and the products run on f16 (the query as f16, as in the fp8 variants). Three pairs
   // (kCvtBytes), in turn: the tile loop (consumer_warps) converts one tile ahead and rewrites a pair three tiles
-  // after its use, once a barrier has shown every warp's products of that tile complete.
-  static constexpr bool kWgRows = !kQFp8 && kMT == 1 && kTW == 1;
+  // after its use, once a barrier has shown every warp's products of that tile complete. With an fp8 query (the
+  // variant launched only for one, kQFp8) S = Q K^T runs on e4m3 straight from the stage and only V is converted.
+  static constexpr bool kWgRows = kMT == 1 && kTW == 1;
   static constexpr bool kCvt = kWgRows && kFp8Kv;
-  static constexpr int kCvtPairBytes = 2 * kTileTokens * kHeadDim * 2;
+  static constexpr bool kCvtK = kCvt && !kQFp8;
+  static constexpr int kCvtPairBytes = (kCvtK ? 2 : 1) * kTileTokens * kHeadDim * 2;  // [K] V, f16
   static constexpr int kCvtBytes = kCvt ? 3 * kCvtPairBytes : 0;
   static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
   // the fp8-query variant's P exchange: two [16 rows][64 tokens] f16 buffers (128-byte swizzled rows), two
@@ -143,7 +147,7 @@ struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kQwOff = kStagesOff + T::kStages * T::kStageBytes;  // 1 KB aligned (stages are 16 KB)
   static constexpr int kCvtOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0 or 2 KB)
-  static constexpr int kPxOff = kCvtOff + T::kCvtBytes;  // (kCvtBytes is 0 or 96 KB)
+  static constexpr int kPxOff = kCvtOff + T::kCvtBytes;  // (kCvtBytes is 0, 48 or 96 KB)
   static constexpr int kQOff = kPxOff + T::kPxBytes;
   static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
   static constexpr int kMergeOOff = kQScaleOff + 2 * T::kMPad * 4;
@@ -943,6 +947,17 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         *reinterpret_cast<uint4*>(smem + L::kQwOff + swz(r, c)) = v;
         ptx::fence_proxy_async_shared();  // generic-proxy writes, read by wgmma (async proxy)
         ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+      } else if constexpr (T::kWgRows && T::kQFp8) {
+        // e4m3 A fragments, k32 steps: a0 / a2 row lo, dims 32 kk + 4 t4 (+ 16); a1 / a3 row hi
+        const int rlo = rbase + (lane >> 2), rhi = rlo + 8;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int d = kk * 32 + 4 * (lane & 3);
+          qf[kk][0] = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + d) : 0u;
+          qf[kk][1] = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + d) : 0u;
+          qf[kk][2] = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + d + 16) : 0u;
+          qf[kk][3] = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + d + 16) : 0u;
+        }
       } else {
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
@@ -1259,7 +1274,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       auto convert = [&](const uint8_t* src, uint8_t* dst, int pos) {
         const bool tail = pos + kTileTokens > len;
 #pragma unroll
-        for (int j0 = 0; j0 < 8; j0 += 4) {
+        for (int j0 = T::kCvtK ? 0 : 4; j0 < 8; j0 += 4) {  // chunks j < 4: K, j >= 4: V
           uint4 w[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
@@ -1281,15 +1296,21 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
               for (int q = 0; q < 8; ++q) h[q] = 0u;
             }
-            uint8_t* d = dst + (i >> 9) * (kTileTokens * kHeadDim * 2) + (ch >> 2) * (kTileTokens * 128);
+            const int kv = (i >> 9) - (T::kCvtK ? 0 : 1);  // the pair's K, then V (only V with an fp8 query)
+            uint8_t* d = dst + kv * (kTileTokens * kHeadDim * 2) + (ch >> 2) * (kTileTokens * 128);
             *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2)) = make_uint4(h[0], h[1], h[2], h[3]);
             *reinterpret_cast<uint4*>(d + swz(token, (ch & 3) * 2 + 1)) = make_uint4(h[4], h[5], h[6], h[7]);
           }
         }
       };
-      // the products read K (and V) from the stage (BF16) or from the tile's f16 pair (FP8)
+      // S reads K from the stage (BF16, or FP8 with an fp8 query) or from the tile's f16 pair (FP8, a bf16 query);
+      // P V reads V from the stage (BF16) or from the pair (FP8)
       auto k_base = [&](int stg, int pair) -> const uint8_t* {
-        return T::kCvt ? smem + L::kCvtOff + pair * T::kCvtPairBytes : smem + L::kStagesOff + stg * T::kStageBytes;
+        return T::kCvtK ? smem + L::kCvtOff + pair * T::kCvtPairBytes : smem + L::kStagesOff + stg * T::kStageBytes;
+      };
+      auto v_base = [&](int stg, int pair) -> const uint8_t* {
+        return T::kCvt ? smem + L::kCvtOff + pair * T::kCvtPairBytes + (T::kCvtK ? kTileTokens * kHeadDim * 2 : 0)
+                       : smem + L::kStagesOff + stg * T::kStageBytes + T::kKvTileBytes;
       };
       // S = Q K^T: 8 k16 steps over the head dims; K tile halves (64 dims, 64 tokens x 128 B) 8 KB apart
       // (the accumulators pinned by wgmma_fence_operand around each issue, so that no other instruction on them is
@@ -1300,15 +1321,24 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
           for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(d[n][c]);
       };
+      // (an fp8 query: 4 e4m3 k32 steps over the FP8 tile's 128-byte rows)
       auto issue_s = [&](float (&d)[NT][4], const uint8_t* kb) {
         const uint64_t dk = ptx::gmma_desc_sw128(ptx::smem_addr(kb));
         fence_acc(d);
         ptx::wgmma_fence();
-        ptx::wgmma_m64n64k16_rs<T::kFp8, true>(d, qf[0], dk);
+        if constexpr (T::kQFp8) {
+          ptx::wgmma_m64n64k32_e4m3_rs<true>(d, qf[0], dk);
 #pragma unroll
-        for (int ks = 1; ks < 8; ++ks) {
-          const uint32_t off = (ks >> 2) * (kTileTokens * 128) + (ks & 3) * 32;
-          ptx::wgmma_m64n64k16_rs<T::kFp8, false>(d, qf[ks], ptx::gmma_desc_add(dk, off));
+          for (int kk = 1; kk < 4; ++kk) {
+            ptx::wgmma_m64n64k32_e4m3_rs<false>(d, qf[kk], ptx::gmma_desc_add(dk, kk * 32));
+          }
+        } else {
+          ptx::wgmma_m64n64k16_rs<T::kFp8, true>(d, qf[0], dk);
+#pragma unroll
+          for (int ks = 1; ks < 8; ++ks) {
+            const uint32_t off = (ks >> 2) * (kTileTokens * 128) + (ks & 3) * 32;
+            ptx::wgmma_m64n64k16_rs<T::kFp8, false>(d, qf[ks], ptx::gmma_desc_add(dk, off));
+          }
         }
         ptx::wgmma_commit();
         fence_acc(d);
@@ -1342,8 +1372,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                   ci.tile_lo * kTileTokens);
           ptx::fence_proxy_async_shared();
           ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-          __syncwarp();
-          if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          if constexpr (T::kCvtK) {  // (an fp8 query's S reads K from the stage: released once S has completed)
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
+          }
           cvt_pair = cvt_pair == 2 ? 0 : cvt_pair + 1;
         }
         fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
@@ -1380,14 +1412,20 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             ptx::fence_proxy_async_shared();
             ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
             __syncwarp();
-            if (has_next && lane == 0) ptx::mbar_arrive(&bars.empty[next_stage]);
+            // the stage done with: the next tile's once converted, or (an fp8 query) this tile's once S(t) has
+            // completed and its V was converted, unless the last tile's discarded product re-reads it
+            if constexpr (T::kCvtK) {
+              if (has_next && lane == 0) ptx::mbar_arrive(&bars.empty[next_stage]);
+            } else {
+              if (has_next && lane == 0) ptx::mbar_arrive(&bars.empty[cur_stage]);
+            }
             if (has_next) cvt_pair = cvt_pair == 2 ? 0 : cvt_pair + 1;
           } else if (tt > ci.tile_lo) {  // the previous tile's P V has completed: its stage is free
             const int prev = cur_stage == 0 ? T::kStages - 1 : cur_stage - 1;
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(&bars.empty[prev]);
           }
-          const uint8_t* vb = k_base(cur_stage, cur_pair) + T::kKvTileBytes * (T::kCvt ? 2 : 1);
+          const uint8_t* vb = v_base(cur_stage, cur_pair);
           if (!T::kCvt && pos + kTileTokens > len) {
             // BF16: V past the sequence (a stale page, NaN) must not reach O through P = 0: zero those token rows
             // (a sequence's last tile only), for the whole warpgroup before its P V reads them; here, where no product
@@ -1452,7 +1490,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         for (int j = 0; j < T::KSPV; ++j)
 #pragma unroll
           for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
-        if constexpr (!T::kCvt) {  // the last tile's stage
+        if constexpr (!T::kCvtK) {  // the last tile's stage
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[cur_stage]);
         }

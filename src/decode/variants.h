@@ -2,7 +2,7 @@
 //
 //   X(name, fp8_kv, fp8_q, rows, m_tiles_per_warp, token_groups)
 // rows = query rows per (request, KV head) = q_len * group, rounded up to 16 / 32 / 64 / 128. fp8_q: a variant
-// launched only for an fp8 query (its S^T on wgmma, attention_kernel.cuh); the others take either query.
+// launched only for an fp8 query (its Q K^T on e4m3 wgmma, attention_kernel.cuh); the others take either query.
 // Each variant is one compilation unit under variants/ (see CMakeLists.txt); the dispatcher in
 // attention_launch.cpp reports any other value.
 #pragma once
@@ -21,6 +21,7 @@
   X(fp8q_r16, true, true, 16, 1, 4)     \
   X(fp8_r32, true, false, 32, 1, 2)     \
   X(fp8_r64, true, false, 64, 1, 1)     \
+  X(fp8q_r64, true, true, 64, 1, 1)     \
   X(fp8_r128, true, false, 128, 2, 1)
 
 namespace hopperkit {

@@ -230,11 +230,13 @@ def test_by_sm_one_claimer_runs_every_item():
     assert "3 passed" in out, out[-2000:]
 
 
-@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+@pytest.mark.parametrize("kv", ["bf16", "fp8", "fp8_qfp8"])
 def test_64_rows_bitwise_determinism(kv):
-    """The 64-row (wgmma) variants: three launches with one plan agree bit for bit and match the reference."""
+    """The 64-row (wgmma) variants (BF16 KV; FP8 KV with a bf16 query; FP8 KV with an fp8 query, fp8q_r64): three
+    launches with one plan agree bit for bit and match the reference."""
     lens = [4097, 65, 1, 3000, 640, 129, 2, 64] * 3
-    case = make_case(lens, q_lens=8, kv_dtype=FP8 if kv == "fp8" else BF16, seed=_seed("rows64_" + kv))
+    kv_dtype, q_dtype = {"bf16": (BF16, BF16), "fp8": (FP8, BF16), "fp8_qfp8": (FP8, FP8)}[kv]
+    case = make_case(lens, q_lens=8, kv_dtype=kv_dtype, q_dtype=q_dtype, seed=_seed("rows64_" + kv))
     plan = make_plan(case)
     outs = [run(case, plan) for _ in range(3)]
     check(case, outs[0][0], outs[0][1], f"64 rows {kv}")
