@@ -1305,6 +1305,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       };
       // S reads K from the stage (BF16, or FP8 with an fp8 query) or from the tile's f16 pair (FP8, a bf16 query);
       // P V reads V from the stage (BF16) or from the pair (FP8)
+      auto pair_base = [&](int pair) -> uint8_t* { return smem + L::kCvtOff + pair * T::kCvtPairBytes; };
       auto k_base = [&](int stg, int pair) -> const uint8_t* {
         return T::kCvtK ? smem + L::kCvtOff + pair * T::kCvtPairBytes : smem + L::kStagesOff + stg * T::kStageBytes;
       };
@@ -1368,8 +1369,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                       if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkKv + chunk_count);)
         int cur_stage = stage, cur_pair = cvt_pair;
         if constexpr (T::kCvt) {
-          convert(smem + L::kStagesOff + stage * T::kStageBytes, const_cast<uint8_t*>(k_base(0, cur_pair)),
-                  ci.tile_lo * kTileTokens);
+          convert(smem + L::kStagesOff + stage * T::kStageBytes, pair_base(cur_pair), ci.tile_lo * kTileTokens);
           ptx::fence_proxy_async_shared();
           ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
           if constexpr (T::kCvtK) {  // (an fp8 query's S reads K from the stage: released once S has completed)
@@ -1392,8 +1392,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           // reads (it was last read three tiles ago) and which the next chunk rewrites before use.
           ptx::mbar_wait(has_next ? &bars.full[next_stage] : bars.done, has_next ? phase : 0u);
           if constexpr (T::kCvt) {
-            convert(smem + L::kStagesOff + next_stage * T::kStageBytes, const_cast<uint8_t*>(k_base(0, next_pair)),
-                    pos + kTileTokens);
+            convert(smem + L::kStagesOff + next_stage * T::kStageBytes, pair_base(next_pair), pos + kTileTokens);
           }
           ptx::wgmma_wait<0>();  // S(t), and P V(t - 1) for this warp's rows
 #pragma unroll
