@@ -1215,51 +1215,51 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // Online softmax of one tile's S (this warp's rows x tokens from tok0): scale, causal / length mask, running max
     // and sum, O rescaled when the max moved; S becomes P (unnormalised, fp32).
     auto online_softmax = [&](float (&s)[MT][NT][4], int pos) {
-    const bool need_mask = pos + kTileTokens > min_row_end;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
-            if (need_mask) {
-              const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
-              v = kv < row_end[mt][hh] ? v : -INFINITY;
+      const bool need_mask = pos + kTileTokens > min_row_end;
+  #pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+  #pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float mx = -INFINITY;
+  #pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+  #pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
+              if (need_mask) {
+                const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
+                v = kv < row_end[mt][hh] ? v : -INFINITY;
+              }
+              s[mt][nt][hh * 2 + c] = v;
+              mx = fmaxf(mx, v);
             }
-            s[mt][nt][hh * 2 + c] = v;
-            mx = fmaxf(mx, v);
           }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mt][hh], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
-        m_run[mt][hh] = m_new;
-        float rowsum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
-            s[mt][nt][hh * 2 + c] = pv;
-            rowsum += pv;
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[mt][hh], mx);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
+          m_run[mt][hh] = m_new;
+          float rowsum = 0.f;
+  #pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+  #pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
+              s[mt][nt][hh * 2 + c] = pv;
+              rowsum += pv;
+            }
           }
-        }
-        l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
-        if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
-#pragma unroll
-          for (int n = 0; n < 16; ++n) {
-            o[mt][n][hh * 2] *= alpha;
-            o[mt][n][hh * 2 + 1] *= alpha;
+          l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
+          if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
+  #pragma unroll
+            for (int n = 0; n < 16; ++n) {
+              o[mt][n][hh * 2] *= alpha;
+              o[mt][n][hh * 2 + 1] *= alpha;
+            }
           }
         }
       }
-    }
     };
 
     // ---- rows on wgmma (T::kWgRows), pipelined by one tile. Per tile t: (FP8) convert tile t + 1 into its f16
@@ -1307,22 +1307,22 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       // P V reads V from the stage (BF16) or from the pair (FP8)
       auto pair_base = [&](int pair) -> uint8_t* { return smem + L::kCvtOff + pair * T::kCvtPairBytes; };
       auto k_base = [&](int stg, int pair) -> const uint8_t* {
-        return T::kCvtK ? smem + L::kCvtOff + pair * T::kCvtPairBytes : smem + L::kStagesOff + stg * T::kStageBytes;
+        return T::kCvtK ? pair_base(pair) : smem + L::kStagesOff + stg * T::kStageBytes;
       };
       auto v_base = [&](int stg, int pair) -> const uint8_t* {
-        return T::kCvt ? smem + L::kCvtOff + pair * T::kCvtPairBytes + (T::kCvtK ? kTileTokens * kHeadDim * 2 : 0)
+        return T::kCvt ? pair_base(pair) + (T::kCvtK ? kTileTokens * kHeadDim * 2 : 0)
                        : smem + L::kStagesOff + stg * T::kStageBytes + T::kKvTileBytes;
       };
-      // S = Q K^T: 8 k16 steps over the head dims; K tile halves (64 dims, 64 tokens x 128 B) 8 KB apart
-      // (the accumulators pinned by wgmma_fence_operand around each issue, so that no other instruction on them is
-      // moved into it: ptxas then serialises every wgmma, C7515)
+      // Accumulators are pinned by wgmma_fence_operand around each issue, so that no other instruction on them is
+      // moved into it (ptxas then serialises every wgmma, C7515).
       auto fence_acc = [&](auto& d) {
 #pragma unroll
         for (int n = 0; n < static_cast<int>(sizeof(d) / sizeof(d[0])); ++n)
 #pragma unroll
           for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(d[n][c]);
       };
-      // (an fp8 query: 4 e4m3 k32 steps over the FP8 tile's 128-byte rows)
+      // S = Q K^T: 8 k16 steps over the head dims, K tile halves (64 dims, 64 tokens x 128 B) 8 KB apart; with an
+      // fp8 query 4 e4m3 k32 steps over the FP8 tile's 128-byte rows
       auto issue_s = [&](float (&d)[NT][4], const uint8_t* kb) {
         const uint64_t dk = ptx::gmma_desc_sw128(ptx::smem_addr(kb));
         fence_acc(d);
