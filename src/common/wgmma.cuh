@@ -119,9 +119,9 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_first_inplace(float (&d)[NT][4
 
 // ---- A from registers: 16-bit operands (bf16 or f16), then e4m3 -------------------------------------------------
 // A (64 x 16) comes from registers: each warp w of the warpgroup passes its rows 16w..16w+15 as an mma.sync
-// m16n8k16 A fragment (a0: row g, k 2 t4 (+1); a1: row g + 8; a2 / a3: k + 8). B (N x 16, or 16 x N with
-// kTnspB) from a shared-memory descriptor: kTnspB = 0 is K-major (gmma_desc_sw128), 1 is N-major
-// (gmma_desc_sw128_mn). kFirst: d = A x B (d's previous values not read), else d += A x B.
+// m16n8k16 A fragment (a0: row g, k 2 t4 (+1); a1: row g + 8; a2 / a3: k + 8). B from a shared-memory
+// descriptor: N x 16 K-major for wgmma_m64n64k16_rs (gmma_desc_sw128), 16 x N N-major for wgmma_m64n128k16_rs_tn
+// (gmma_desc_sw128_mn; `.tnspB`). kFirst: d = A x B (d's previous values not read), else d += A x B.
 
 // Shared-memory matrix descriptor: MN-major, 128-byte swizzle. A swizzle atom is 64 16-bit elements along MN
 // (128 contiguous bytes) x 8 rows along K (128 bytes apart); `atom_mn_bytes` is the distance between atoms along
