@@ -187,24 +187,25 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tn(float (&d)[16][4], const 
 
 // d (64 x 64) (+)= A x B with e4m3 operands, k32: A from registers (this warp's rows as an mma.sync m16n8k32 A
 // fragment: a0 row g, k 4 t4 .. 4 t4 + 3; a1 row g + 8; a2 / a3 k + 16), B K-major (64 rows of 32 bytes).
+// (e4m3 has no transposed B: no tnsp operand)
+#define HK_WG8_N64(C, SD)                                                                                     \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WG16_REGS32                        \
+               ", {%32, %33, %34, %35}, %36, " SD ", 1, 1;\n"                                                  \
+               : HK_WG16_ACC32(C)                                                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
 template <bool kFirst>
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (kFirst) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WG16_REGS32
-                 ", {%32, %33, %34, %35}, %36, 0, 1, 1;\n"
-                 : HK_WG16_ACC32(HK_WG16_W)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+    HK_WG8_N64(HK_WG16_W, "0");
   } else {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " HK_WG16_REGS32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-                 : HK_WG16_ACC32(HK_WG16_RW)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+    HK_WG8_N64(HK_WG16_RW, "1");
   }
 }
 
 // Pins a 32-bit register that an in-flight wgmma reads (an A fragment): it stays live, unchanged, until here.
 __device__ __forceinline__ void wgmma_fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
+#undef HK_WG8_N64
 #undef HK_WG16_N64
 #undef HK_WG16_N128
 #undef HK_WG16

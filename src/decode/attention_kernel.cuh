@@ -1378,6 +1378,13 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           }
           cvt_pair = cvt_pair == 2 ? 0 : cvt_pair + 1;
         }
+        // every product in flight complete, its registers (S, O, P) pinned after the wait
+        auto wait_products = [&]() {
+          ptx::wgmma_wait<0>();
+          fence_acc(sn);
+          fence_acc(o[0]);
+          fence_acc(pa);
+        };
         fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
         fence_acc(pa);
         issue_s(sn, k_base(cur_stage, cur_pair));
@@ -1394,19 +1401,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           if constexpr (T::kCvt) {
             convert(smem + L::kStagesOff + next_stage * T::kStageBytes, pair_base(next_pair), pos + kTileTokens);
           }
-          ptx::wgmma_wait<0>();  // S(t), and P V(t - 1) for this warp's rows
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(sn[nt][c]);
-#pragma unroll
-          for (int n = 0; n < 16; ++n)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(o[0][n][c]);
-#pragma unroll
-          for (int j = 0; j < T::KSPV; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
+          wait_products();  // S(t), and P V(t - 1) for this warp's rows
           if constexpr (T::kCvt) {
             ptx::fence_proxy_async_shared();
             ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
@@ -1476,19 +1471,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             advance();
           }
         }
-        ptx::wgmma_wait<0>();
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(sn[nt][c]);
-#pragma unroll
-        for (int n = 0; n < 16; ++n)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(o[0][n][c]);
-#pragma unroll
-        for (int j = 0; j < T::KSPV; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) ptx::wgmma_fence_operand(pa[j][c]);
+        wait_products();
         if constexpr (!T::kCvtK) {  // the last tile's stage
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[cur_stage]);
