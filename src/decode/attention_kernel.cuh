@@ -119,6 +119,11 @@ struct DecodeTraits {
   // [16 rows][4 warps] float buffers of the max each warp's P was computed against, one [16 rows][4 warps] of row sums
   static constexpr int kPBufBytes = 16 * kTileTokens * 2;
   static constexpr int kPxBytes = kWgQk ? 2 * kPBufBytes + 3 * 16 * kConsumerWarps * 4 : 0;
+  // merge_slots' shape: R rows per warp x G partials per round (R x G = 16 loads per lane in flight). 16 rows or
+  // fewer: 2 x 8 (8 rows: one round per 8 partials); more rows: 8 x 2, so a 64-row pair split in two merges in
+  // 2 rounds instead of 8 (rounds = ceil(rows / 4R) x ceil(count / G), never more than 2 x 8 takes there).
+  static constexpr int kMergeRows = kMPad >= 32 ? 8 : 2;
+  static constexpr int kMergeLoads = 16 / kMergeRows;
   static constexpr int kMergeOBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
   static constexpr int kMergeMLBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * 2 * 4 : 0;
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
@@ -557,12 +562,13 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
 
 // Merges `count` partials -- pieces k0, k0 + step, ... of the chunk's pair -- by their log2-sum-exp2 weights.
 // `final`: writes the pair's output rows (bf16, v_scale, natural-log LSE); else writes the merged partial
-// (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; partials are
-// read 8 at a time with every load in flight before any use (the latency of L2, not its bandwidth, is what
-// this costs).
+// (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; each round reads
+// G partials of R rows per warp with every load in flight before any use (the latency of L2, not its
+// bandwidth, is what this costs: a merge takes ceil(rows / 4R) x ceil(count / G) dependent rounds).
+// R x G = 16 loads per lane (MergeShape).
+template <int R, int G>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {
-  constexpr int R = 2;  // rows per warp per pass, their loads in flight together
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int rows = m.rows;
@@ -580,11 +586,11 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
       wsum[j] = 0.f;
       acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     }
-    for (int c0 = 0; c0 < count; c0 += kMergeGroup) {
-      float lse[R][kMergeGroup];
-      float4 o[R][kMergeGroup];
+    for (int c0 = 0; c0 < count; c0 += G) {
+      float lse[R][G];
+      float4 o[R][G];
 #pragma unroll
-      for (int i = 0; i < kMergeGroup; ++i) {
+      for (int i = 0; i < G; ++i) {
         const bool have = c0 + i < count;
         // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
         // one wide multiply-add per address instead of 64-bit products per (piece, row)
@@ -606,14 +612,14 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
       for (int j = 0; j < R; ++j) {
         float cm = mx[j];
 #pragma unroll
-        for (int i = 0; i < kMergeGroup; ++i) cm = fmaxf(cm, lse[j][i]);
+        for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[j][i]);
         const float m_use = cm == -INFINITY ? 0.f : cm;
         const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
         wsum[j] *= keep;
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
 #pragma unroll
-        for (int i = 0; i < kMergeGroup; ++i) {
+        for (int i = 0; i < G; ++i) {
           const float w = ptx::exp2_approx(lse[j][i] - m_use);
           acc[j][0] += w * o[j][i].x;
           acc[j][1] += w * o[j][i].y;
@@ -1822,7 +1828,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         const bool last = arrive_last(&a.plan.merge_counters[ci.pair], n, flag);
         HK_TRACE_ONLY(tr_handshake(last);)
         if (last) {
-          merge_slots(merge_args(a, ci, v_scale), 0, 1, n, true, 0);
+          merge_slots<T::kMergeRows, T::kMergeLoads>(merge_args(a, ci, v_scale), 0, 1, n, true, 0);
           if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
         }
       } else {
@@ -1833,7 +1839,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         const bool glast = arrive_last(&a.plan.slot_counters[gslot], gcount, flag);
         HK_TRACE_ONLY(tr_handshake(glast);)
         if (glast) {
-          merge_slots(merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
+          merge_slots<T::kMergeRows, T::kMergeLoads>(merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
           if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
           const bool flast = arrive_last(&a.plan.merge_counters[ci.pair], groups, flag);
           HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrMergeNext);)
@@ -1842,7 +1848,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             tr_counts += 1ull << 16;
           })
           if (flast) {
-            merge_slots(merge_args(a, ci, v_scale), 0, kMergeGroup, groups, true, 0);
+            merge_slots<T::kMergeRows, T::kMergeLoads>(merge_args(a, ci, v_scale), 0, kMergeGroup, groups, true, 0);
             if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
           }
         }
