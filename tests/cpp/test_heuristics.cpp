@@ -48,24 +48,45 @@ TEST(Heuristics, DynamicCtasRespectMinimumWorkAndCap) {
 
 TEST(Heuristics, LongPairsCapTheCtas) {
   // off (0) or not long enough on average: every resident CTA
-  EXPECT_EQ(dynamic_cta_cap(1000000, 8, 264, 0, false), 264);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64 - 1, 64, 264, 132, false), 264);
+  EXPECT_EQ(dynamic_cta_cap(1000000, 8, 264, 0, false, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64 - 1, 64, 264, 132, false, 0, 0), 264);
   // long pairs: the cap
-  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64, 64, 264, 132, false), 132);
-  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false), 132);  // 1 x 128K + 31 x 4K: 126 tiles per pair
+  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64, 64, 264, 132, false, 0, 0), 132);
+  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 0, 0), 132);  // 1 x 128K + 31 x 4K: 126 tiles per pair
   // the session-8 scenarios the threshold separates: 32 x 128 + 32 x 4K (33 tiles per pair) stays on 264
-  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false), 264);
-  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, false), 132);  // 64 x 4K, were its pairs not uniform
+  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, false, 0, 0), 132);  // 64 x 4K, were its pairs not uniform
   // uniform batches (every non-empty pair the same count) are not capped: 64 x 4K, vLLM's 64 x 4K x 8 heads
-  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true), 264);
-  EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true), 264);
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true, 0, 0), 264);
   // ... of at least kUniformMinPairs pairs: one long request (or a few equal ones) keeps the cap
-  EXPECT_EQ(dynamic_cta_cap(1025, 1, 264, 132, true), 132);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * (kUniformMinPairs - 1), kUniformMinPairs - 1, 264, 132, true), 132);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true), 264);
+  EXPECT_EQ(dynamic_cta_cap(1025, 1, 264, 132, true, 0, 0), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * (kUniformMinPairs - 1), kUniformMinPairs - 1, 264, 132, true, 0, 0), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true, 0, 0), 264);
   // never above max_ctas, no pairs: max_ctas
-  EXPECT_EQ(dynamic_cta_cap(100000, 4, 100, 132, false), 100);
-  EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132, false), 264);
+  EXPECT_EQ(dynamic_cta_cap(100000, 4, 100, 132, false, 0, 0), 100);
+  EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132, false, 0, 0), 264);
+}
+
+TEST(Heuristics, LongPairCapNeedsALongPairWhenRagged) {
+  const int d = kLongPairShareDiv;
+  // the one-long-request scenarios keep the cap: 1 x 64K + 7 / 15 / 31 x 4K, 1 x 128K + 31 x 4K
+  EXPECT_EQ(dynamic_cta_cap(1024 + 7 * 64, 8, 264, 132, false, 1024, d), 132);
+  EXPECT_EQ(dynamic_cta_cap(1024 + 15 * 64, 16, 264, 132, false, 1024, d), 132);
+  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, d), 132);
+  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 2048, d), 132);
+  // 2 x 32K + 30 x 4K: the longest pair holds 512 of 2944 tiles (< 1 / 4): every resident CTA
+  EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, d), 264);
+  EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, 0), 132);  // share 0: session 37's rule
+  // exactly 1 / d of the tiles: capped; one tile less: not
+  EXPECT_EQ(dynamic_cta_cap(int64_t{100} * d, 8, 264, 132, false, 100, d), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{100} * d, 8, 264, 132, false, 99, d), 264);
+  // uniform batches follow their own rule (fewer than kUniformMinPairs equal pairs keep the cap)
+  EXPECT_EQ(dynamic_cta_cap(int64_t{256} * 8, 8, 264, 132, true, 256, d), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true, 64, d), 264);
+  // by-SM claims follow the cap
+  EXPECT_FALSE(dynamic_by_sm(2 * 512 + 30 * 64, 32, 132, 264, 132, false, 512, d));
+  EXPECT_TRUE(dynamic_by_sm(1024 + 31 * 64, 32, 126, 264, 132, false, 1024, d));
 }
 
 TEST(Heuristics, UniformPairs) {
@@ -79,14 +100,14 @@ TEST(Heuristics, UniformPairs) {
 
 TEST(Heuristics, ClaimsBySmOnlyUnderTheLongPairCap) {
   const int64_t long_T = int64_t{kLongPairTiles} * 32;  // 32 pairs at the threshold
-  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132, false));          // capped long pairs
-  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132, false));  // 1 x 128K + 31 x 4K
-  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132, false));         // uniform_512: few tiles, not long
-  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132, false));             // skewed_extreme: 17 tiles per pair
-  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132, false));         // the grid is one per SM already
-  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0, false));           // off (FP8, or one CTA per SM)
-  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132, false));                 // nothing to claim
-  EXPECT_FALSE(dynamic_by_sm(64 * 64, 64, 132, 264, 132, true));         // uniform: not capped, not claimed
+  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132, false, 0, 0));          // capped long pairs
+  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132, false, 0, 0));  // 1 x 128K + 31 x 4K
+  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132, false, 0, 0));         // uniform_512: few tiles, not long
+  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132, false, 0, 0));             // skewed_extreme: 17 tiles per pair
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132, false, 0, 0));         // the grid is one per SM already
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0, false, 0, 0));           // off (FP8, or one CTA per SM)
+  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132, false, 0, 0));                 // nothing to claim
+  EXPECT_FALSE(dynamic_by_sm(64 * 64, 64, 132, 264, 132, true, 0, 0));         // uniform: not capped, not claimed
 }
 
 TEST(Heuristics, CtaBeginAndCtaOfTileAgreeWithTheir64BitFormulas) {

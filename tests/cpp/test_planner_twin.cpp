@@ -120,7 +120,8 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
       dynamic_align_add(static_cast<uint32_t>(v.pair_tile_start[q + 1] - v.pair_tile_start[q]), t_or, t_min, t_max);
     }
     const bool uniform = dynamic_uniform_pairs(t_or, t_min, t_max);
-    const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform);
+    const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform, t_max,
+                                    p.cfg.long_pair_share_div);
     const int min_tiles = p.cfg.min_tiles_per_cta;
     const int c0 = dynamic_num_ctas(T, cap, min_tiles);
     const int limit = p.cfg.max_chunks_per_cta;
@@ -184,7 +185,10 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     if (limit > 0 && dynamic_next_ctas(C, cap, T) != 0 && C >= aligned_c) {
       ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
     }
-    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform) ? 1 : 0);
+    ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform, t_max,
+                                                p.cfg.long_pair_share_div)
+                                      ? 1
+                                      : 0);
   } else {
     ASSERT_EQ(v.header[kHdrBySm], 0);
   }
@@ -267,6 +271,7 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
     if (iter % 3 != 0) cfg.align_window_div = 1 + static_cast<int>(rng() % 16);  // HOPPERKIT_DECODE_ALIGN_DIV
     if (iter % 6 == 0) cfg.align_window_div = 0;  // off (else kAlignWindowDiv, the default)
+    if (iter % 5 == 1) cfg.long_pair_share_div = static_cast<int>(rng() % 9);  // HOPPERKIT_DECODE_LONG_SHARE
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);

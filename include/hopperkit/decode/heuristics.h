@@ -108,8 +108,14 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // uniform_4096 BF16 (64 pairs) 0.961x and vLLM's 64 x 4K with 8 KV heads (512 pairs) 0.961x, while it cost the
 // one-long-request scenarios 1.004-1.011x (their cap stays). Fewer equal pairs (down to one long request, whose
 // pieces the cap halves) were not measured without it: the cap stays for them.
+// Since session 39 a ragged batch (pairs that differ) is capped only when its longest pair holds at least
+// 1 / kLongPairShareDiv of the tiles (config.long_pair_share_div; 0 = any share): what the cap buys is fewer pieces of one long request,
+// and a ragged batch without one (two_32k_30x4k: 512 of 2944 tiles) ran 0.975x without the cap (session 37
+// call 6) while the one-long-request scenarios (1024 of 1472-3008, 2048 of 4032) lost 0.4-1.1%.
 constexpr int kLongPairTiles = 48;
 constexpr int kUniformMinPairs = 32;
+constexpr int kLongPairShareDiv = 4;
+constexpr int kMaxLongPairShareDiv = 1024;
 
 // Whether every non-empty pair has the same tile count (from dynamic_align_add's three reductions; false with
 // no tiles).
@@ -118,11 +124,14 @@ HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32
 }
 
 // Dynamic mode: the CTA cap for a batch of `num_pairs` pairs holding `total_tiles` tiles: `long_pair_ctas` when
-// that is set (> 0), the pairs average >= kLongPairTiles tiles and they are not a uniform batch of at least
-// kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs), else `max_ctas`.
-HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas, bool uniform) {
+// that is set (> 0), the pairs average >= kLongPairTiles tiles, they are not a uniform batch of at least
+// kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs) and, for pairs that differ and `share_div` > 0, the
+// longest pair (`max_pair_tiles`) holds at least 1 / share_div of the tiles; else `max_ctas`.
+HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas, bool uniform,
+                          int64_t max_pair_tiles, int share_div) {
   const bool is_long = long_pair_ctas > 0 && num_pairs > 0 && !(uniform && num_pairs >= kUniformMinPairs) &&
-                       total_tiles >= static_cast<int64_t>(kLongPairTiles) * num_pairs;
+                       total_tiles >= static_cast<int64_t>(kLongPairTiles) * num_pairs &&
+                       (uniform || share_div <= 0 || max_pair_tiles * share_div >= total_tiles);
   return is_long && long_pair_ctas < max_ctas ? long_pair_ctas : max_ctas;
 }
 
@@ -136,9 +145,10 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
 // (C < SMs because there are few tiles) are not claimed by SM: the claim's extra round trips (SM counter, item
 // counter, item range) cost them 3-4.5% (uniform_512, skewed_extreme) in the same run.
 HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas,
-                         bool uniform) {
+                         bool uniform, int64_t max_pair_tiles, int share_div) {
   return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
-         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform) == long_pair_ctas;
+         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform, max_pair_tiles, share_div) ==
+             long_pair_ctas;
 }
 
 // Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
