@@ -57,6 +57,10 @@ SWEEP = [
     # chunks per CTA: the tile pipeline's chunk changes, FP8's f16 pairs in turn across them)
     ("qlen8_bs16_hnd", _lens("mixed", 5, 96), {"q_lens": 8, "block_size": 16, "layout": "HND"}),
     ("qlen8_many_short", [65, 1, 130, 64, 200, 3, 7, 129] * 6, {"q_lens": 8}),
+    # a long request at 32 / 64 rows: ~100+ pieces, merged in two levels by the 32+-row merge shape (8 rows x 2
+    # partials per round), next to short ones merged in one
+    ("qlen4_one_long", [40000, 3, 700], {"q_lens": 4}),
+    ("qlen8_one_long", [70000, 100, 1500], {"q_lens": 8}),
     # empty requests inside a batch
     ("zero_len", [0, 100, 0, 5], {}),
     # batch sizes
@@ -89,7 +93,7 @@ def test_bf16(name, lens, kw, mode):
 FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
     "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen5", "qlen8", "qlen8_group16", "qlen4_group16",
-    "qlen_gt_len", "qlen8_bs16_hnd", "qlen8_many_short", "ragged_qlen", "zero_len",
+    "qlen_gt_len", "qlen8_bs16_hnd", "qlen8_many_short", "qlen4_one_long", "qlen8_one_long", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
     "packed_kv", "aligned_64x4k", "aligned_64k_15x4k", "kv8_mixed_zero", "kv4_uniform_16x1k", "kv8_qlen4")]
 
@@ -152,16 +156,19 @@ def test_plan_matches_cpu_twin():
 def test_long_pairs_plan_one_cta_per_sm():
     """BF16 KV: a batch whose pairs average >= 48 tiles is spread over one CTA per SM (dynamic_cta_cap in
     heuristics.h) unless it is a uniform batch (every non-empty pair the same length in tiles) of at least 32
-    pairs; FP8 KV, BF16 batches of short pairs and such uniform ones keep every resident CTA. A BF16 plan of at
-    most one work item per SM in a larger grid is claimed by SM (header word 8)."""
+    pairs, or a ragged batch whose longest pair holds less than a quarter of the tiles (kLongPairShareDiv); FP8
+    KV, BF16 batches of short pairs and such batches keep every resident CTA. A BF16 plan of at most one work item
+    per SM in a larger grid is claimed by SM (header word 8)."""
     if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS") == "0":
         pytest.skip("the long-pair cap is switched off (HOPPERKIT_DECODE_LONG_CTAS=0)")
+    share_rule = os.environ.get("HOPPERKIT_DECODE_LONG_SHARE", "4") == "4"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     long_lens = [131072] + [4096] * 31          # 126 tiles per pair
     short_lens = [128] * 32 + [4096] * 32       # 33 tiles per pair
     uniform_lens = [0] + [4096] * 63            # 64 tiles per non-empty pair: uniform
+    two_long_lens = [32768] * 2 + [4096] * 30   # 92 tiles per pair, the longest 512 of 2944
     for lens, kv, expect in ((long_lens, BF16, "sms"), (long_lens, FP8, "all"), (short_lens, BF16, "all"),
-                             (uniform_lens, BF16, "all")):
+                             (uniform_lens, BF16, "all"), (two_long_lens, BF16, "all" if share_rule else "sms")):
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
         plan = hopperkit.DecodePlan(len(lens), 8, 1, kv_dtype=kv)
         plan.update(seq, block_size=64, max_blocks_per_seq=2048)

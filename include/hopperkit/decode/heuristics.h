@@ -109,9 +109,10 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // one-long-request scenarios 1.004-1.011x (their cap stays). Fewer equal pairs (down to one long request, whose
 // pieces the cap halves) were not measured without it: the cap stays for them.
 // Since session 39 a ragged batch (pairs that differ) is capped only when its longest pair holds at least
-// 1 / kLongPairShareDiv of the tiles (config.long_pair_share_div; 0 = any share): what the cap buys is fewer pieces of one long request,
-// and a ragged batch without one (two_32k_30x4k: 512 of 2944 tiles) ran 0.975x without the cap (session 37
-// call 6) while the one-long-request scenarios (1024 of 1472-3008, 2048 of 4032) lost 0.4-1.1%.
+// 1 / kLongPairShareDiv of the tiles (config.long_pair_share_div; 0 = any share): what the cap buys is fewer
+// pieces of one long request, and a ragged batch without one (two_32k_30x4k: 512 of 2944 tiles) ran 0.975x
+// without the cap (session 37 call 6) while the one-long-request scenarios (1024 of 1472-3008, 2048 of 4032)
+// lost 0.4-1.1%.
 constexpr int kLongPairTiles = 48;
 constexpr int kUniformMinPairs = 32;
 constexpr int kLongPairShareDiv = 4;
