@@ -57,7 +57,7 @@ TensorDesc desc(const Array& a, std::optional<DType> as = std::nullopt) {
 // Plan config and launch travel through the torch op as one int list:
 // [max_batch, num_q_heads, num_kv_heads, max_q_len, kv_dtype, mode, max_ctas, sm_ctas,
 //  grid_ctas, static_splits, batch, block_size, long_pair_ctas, max_chunks_per_cta, min_tiles_per_cta,
-//  align_window_div, long_pair_share_div]
+//  align_window_div, long_pair_rule]
 constexpr size_t kCfgInts = 17;
 
 decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodePlanLaunch* launch = nullptr) {
@@ -75,7 +75,7 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
   c.max_chunks_per_cta = static_cast<int>(v[13]);
   c.min_tiles_per_cta = static_cast<int>(v[14]);
   c.align_window_div = static_cast<int>(v[15]);
-  c.long_pair_share_div = static_cast<int>(v[16]);
+  c.long_pair_rule = static_cast<int>(v[16]);
   HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "plan_cfg",
            "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
   HK_CHECK(kValue, v[13] >= 0 && v[13] <= decode::kMaxChunksLimit, "plan_cfg",
@@ -84,8 +84,8 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
            "min_tiles_per_cta 1.." + std::to_string(decode::kMaxMinTilesPerCta), v[14]);
   HK_CHECK(kValue, v[15] >= 0 && v[15] <= decode::kMaxAlignWindowDiv, "plan_cfg",
            "align_window_div 0.." + std::to_string(decode::kMaxAlignWindowDiv), v[15]);
-  HK_CHECK(kValue, v[16] >= 0 && v[16] <= decode::kMaxLongPairShareDiv, "plan_cfg",
-           "long_pair_share_div 0.." + std::to_string(decode::kMaxLongPairShareDiv), v[16]);
+  HK_CHECK(kValue, v[16] >= 0 && v[16] <= decode::kLongPairRuleRounds, "plan_cfg",
+           "long_pair_rule 0.." + std::to_string(decode::kLongPairRuleRounds), v[16]);
   if (launch) {
     launch->grid_ctas = static_cast<int>(v[8]);
     launch->static_splits = static_cast<int>(v[9]);
@@ -99,7 +99,7 @@ std::vector<int64_t> cfg_to(const decode::DecodePlanConfig& c, const decode::Dec
   return {c.max_batch, c.num_q_heads, c.num_kv_heads, c.max_q_len, static_cast<int64_t>(c.kv_dtype),
           static_cast<int64_t>(c.mode), c.max_ctas, c.sm_ctas, l.grid_ctas, l.static_splits, l.batch,
           l.block_size, c.long_pair_ctas, c.max_chunks_per_cta, c.min_tiles_per_cta, c.align_window_div,
-          c.long_pair_share_div};
+          c.long_pair_rule};
 }
 
 DType dtype_from_code(int64_t code, const char* arg) {

@@ -56,7 +56,7 @@ struct PlanKernelArgs {
   int mode;                 // PlanMode
   int max_ctas;             // dynamic: CTA cap
   int long_pair_ctas;       // dynamic: CTA cap for long pairs (dynamic_cta_cap), 0 = none
-  int long_pair_share_div;  // dynamic: the cap's share of the longest pair (dynamic_cta_cap), 0 = any
+  int long_pair_rule;       // dynamic: when that cap applies (dynamic_cta_cap: kLongPairRuleRounds / Uniform)
   int max_chunks_per_cta;   // dynamic: grow the CTA count while a CTA walks more chunks (dynamic_next_ctas); 0 = off
   int min_tiles_per_cta;    // dynamic: fewest tiles per CTA (dynamic_num_ctas)
   int align_window_div;     // dynamic: aligned budgets (dynamic_aligned_ctas); 0 = off

@@ -150,7 +150,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
     uniform = dynamic_uniform_pairs(tiles_or, tiles_min, tiles_max);
     max_pair_tiles = tiles_max;
     const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas, uniform, tiles_max,
-                                    config.long_pair_share_div);
+                                    config.long_pair_rule);
     C = dynamic_num_ctas(T, cap, config.min_tiles_per_cta);
     // more CTAs while one of them would walk more than max_chunks_per_cta chunks (as the device planner)
     for (int next = dynamic_next_ctas(C, cap, T); config.max_chunks_per_cta > 0 && next != 0;
@@ -212,7 +212,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   v.header[kHdrMode] = static_cast<int>(config.mode);
   v.header[kHdrBySm] =
       config.mode == PlanMode::kDynamic && dynamic_by_sm(T, P, C, config.max_ctas, config.long_pair_ctas, uniform,
-                                                         max_pair_tiles, config.long_pair_share_div)
+                                                         max_pair_tiles, config.long_pair_rule)
           ? 1
           : 0;
   v.header[kHdrClaimNext] = 0;

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
     const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas,
                                     dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max), s_tiles_max,
-                                    a.long_pair_share_div);
+                                    a.long_pair_rule);
     C = dynamic_num_ctas(T, cap, a.min_tiles_per_cta);
     // The chunk rule (kMaxChunksPerCta): double C while a CTA would walk too many chunks. Every candidate count
     // C, 2C, ... up to the cap is tested at once, one thread per pair (dynamic_pair_crowds), and the plan takes
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
     v.header[kHdrBySm] = a.mode == static_cast<int>(PlanMode::kDynamic) &&
                          dynamic_by_sm(T, P, C, a.max_ctas, a.long_pair_ctas,
                                        dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max), s_tiles_max,
-                                       a.long_pair_share_div);
+                                       a.long_pair_rule);
     v.header[kHdrClaimNext] = 0;
     v.header[kHdrClaimDone] = 0;
   }
@@ -231,10 +231,10 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   const int long_ctas = long_rule && kv_dtype == DType::kBF16 && per_sm >= 2 ? sms : 0;
   DecodePlanConfig c = make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode,
                                                    sms * per_sm, long_ctas);
-  // Profiling aid (not for serving): HOPPERKIT_DECODE_LONG_SHARE=n sets the longest pair's share of the tiles
-  // (1 / n) below which the long-pair cap does not apply (kLongPairShareDiv; 0 = any share, session 37's rule).
-  static const int long_share = env_int("HOPPERKIT_DECODE_LONG_SHARE", kLongPairShareDiv, 0, kMaxLongPairShareDiv);
-  c.long_pair_share_div = long_share;
+  // Profiling aid (not for serving): HOPPERKIT_DECODE_LONG_RULE=0 applies the long-pair cap by session 37's rule
+  // (kLongPairRuleUniform) instead of the merge rounds (kLongPairRuleRounds, the default; dynamic_cta_cap).
+  static const int rule = env_int("HOPPERKIT_DECODE_LONG_RULE", kLongPairRuleRounds, 0, kLongPairRuleRounds);
+  c.long_pair_rule = rule;
   // Profiling aid (not for serving): HOPPERKIT_DECODE_MAX_CHUNKS=n sets the chunks per CTA above which the
   // dynamic plan grows its CTA count (kMaxChunksPerCta; 0 = never). Planner and CPU twin read it from the config.
   static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", kMaxChunksPerCta, 0, kMaxChunksLimit);
@@ -256,8 +256,8 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            "a config made by make_decode_plan_config", "max_batch " + std::to_string(c.max_batch));
   HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "config",
            "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
-  HK_CHECK(kValue, c.long_pair_share_div >= 0 && c.long_pair_share_div <= kMaxLongPairShareDiv, "config",
-           "long_pair_share_div 0.." + std::to_string(kMaxLongPairShareDiv), c.long_pair_share_div);
+  HK_CHECK(kValue, c.long_pair_rule >= 0 && c.long_pair_rule <= kLongPairRuleRounds, "config",
+           "long_pair_rule 0.." + std::to_string(kLongPairRuleRounds), c.long_pair_rule);
   HK_CHECK(kValue, c.max_chunks_per_cta >= 0 && c.max_chunks_per_cta <= kMaxChunksLimit, "config",
            "max_chunks_per_cta 0.." + std::to_string(kMaxChunksLimit), c.max_chunks_per_cta);
   HK_CHECK(kValue, c.min_tiles_per_cta >= 1 && c.min_tiles_per_cta <= kMaxMinTilesPerCta, "config",
@@ -288,7 +288,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   a.mode = static_cast<int>(c.mode);
   a.max_ctas = c.max_ctas;
   a.long_pair_ctas = c.long_pair_ctas;
-  a.long_pair_share_div = c.long_pair_share_div;
+  a.long_pair_rule = c.long_pair_rule;
   a.max_chunks_per_cta = c.max_chunks_per_cta;
   a.min_tiles_per_cta = c.min_tiles_per_cta;
   a.align_window_div = c.align_window_div;

@@ -47,46 +47,68 @@ TEST(Heuristics, DynamicCtasRespectMinimumWorkAndCap) {
 }
 
 TEST(Heuristics, LongPairsCapTheCtas) {
+  const int u = kLongPairRuleUniform;  // session 37's rule (the session 39 rule: below)
   // off (0) or not long enough on average: every resident CTA
-  EXPECT_EQ(dynamic_cta_cap(1000000, 8, 264, 0, false, 0, 0), 264);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64 - 1, 64, 264, 132, false, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(1000000, 8, 264, 0, false, 0, u), 264);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64 - 1, 64, 264, 132, false, 0, u), 264);
   // long pairs: the cap
-  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64, 64, 264, 132, false, 0, 0), 132);
-  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 0, 0), 132);  // 1 x 128K + 31 x 4K: 126 tiles per pair
+  EXPECT_EQ(dynamic_cta_cap(int64_t{kLongPairTiles} * 64, 64, 264, 132, false, 0, u), 132);
+  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 0, u), 132);  // 1 x 128K + 31 x 4K: 126 tiles per pair
   // the session-8 scenarios the threshold separates: 32 x 128 + 32 x 4K (33 tiles per pair) stays on 264
-  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false, 0, 0), 264);
-  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, false, 0, 0), 132);  // 64 x 4K, were its pairs not uniform
+  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false, 0, u), 264);
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, false, 0, u), 132);  // 64 x 4K, were its pairs not uniform
   // uniform batches (every non-empty pair the same count) are not capped: 64 x 4K, vLLM's 64 x 4K x 8 heads
-  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true, 0, 0), 264);
-  EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true, 0, u), 264);
+  EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true, 0, u), 264);
   // ... of at least kUniformMinPairs pairs: one long request (or a few equal ones) keeps the cap
-  EXPECT_EQ(dynamic_cta_cap(1025, 1, 264, 132, true, 0, 0), 132);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * (kUniformMinPairs - 1), kUniformMinPairs - 1, 264, 132, true, 0, 0), 132);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(1025, 1, 264, 132, true, 0, u), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * (kUniformMinPairs - 1), kUniformMinPairs - 1, 264, 132, true, 0, u), 132);
+  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true, 0, u), 264);
   // never above max_ctas, no pairs: max_ctas
-  EXPECT_EQ(dynamic_cta_cap(100000, 4, 100, 132, false, 0, 0), 100);
-  EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132, false, 0, 0), 264);
+  EXPECT_EQ(dynamic_cta_cap(100000, 4, 100, 132, false, 0, u), 100);
+  EXPECT_EQ(dynamic_cta_cap(0, 0, 264, 132, false, 0, u), 264);
 }
 
-TEST(Heuristics, LongPairCapNeedsALongPairWhenRagged) {
-  const int d = kLongPairShareDiv;
-  // the one-long-request scenarios keep the cap: 1 x 64K + 7 / 15 / 31 x 4K, 1 x 128K + 31 x 4K
-  EXPECT_EQ(dynamic_cta_cap(1024 + 7 * 64, 8, 264, 132, false, 1024, d), 132);
-  EXPECT_EQ(dynamic_cta_cap(1024 + 15 * 64, 16, 264, 132, false, 1024, d), 132);
-  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, d), 132);
-  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 2048, d), 132);
-  // 2 x 32K + 30 x 4K: the longest pair holds 512 of 2944 tiles (< 1 / 4): every resident CTA
-  EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, d), 264);
-  EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, 0), 132);  // share 0: session 37's rule
-  // exactly 1 / d of the tiles: capped; one tile less: not
-  EXPECT_EQ(dynamic_cta_cap(int64_t{100} * d, 8, 264, 132, false, 100, d), 132);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{100} * d, 8, 264, 132, false, 99, d), 264);
-  // uniform batches follow their own rule (fewer than kUniformMinPairs equal pairs keep the cap)
-  EXPECT_EQ(dynamic_cta_cap(int64_t{256} * 8, 8, 264, 132, true, 256, d), 132);
-  EXPECT_EQ(dynamic_cta_cap(int64_t{64} * kUniformMinPairs, kUniformMinPairs, 264, 132, true, 64, d), 264);
+TEST(Heuristics, MergeRounds) {
+  EXPECT_EQ(merge_rounds(0), 1);
+  EXPECT_EQ(merge_rounds(kMergeGroup), 1);
+  EXPECT_EQ(merge_rounds(kMergeGroup + 1), 2);                 // two groups, read in one round
+  EXPECT_EQ(merge_rounds(kMergeGroup * kMergeGroup), 2);
+  EXPECT_EQ(merge_rounds(kMergeGroup * kMergeGroup + 1), 3);   // 9 groups: two rounds at level 2
+  EXPECT_EQ(merge_rounds(int64_t{kMergeGroup} * kMergeGroup * 2), 3);
+  EXPECT_EQ(merge_rounds(int64_t{kMergeGroup} * kMergeGroup * 2 + 1), 4);
+}
+
+TEST(Heuristics, LongPairCapWhereItSavesMergeRounds) {
+  const int r = kLongPairRuleRounds;
+  // session 39 call 1's batches (BF16, 264 resident CTAs, 132 SMs) and what the cap measured there
+  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, r), 132);   // 1 x 64K + 31 x 4K: 44 / 89
+  EXPECT_EQ(dynamic_cta_cap(512 + 15 * 64, 16, 264, 132, false, 512, r), 132);     // 1 x 32K + 15 x 4K: 45 / 91
+  EXPECT_EQ(dynamic_cta_cap(16 * 128 + 16 * 256, 32, 264, 132, false, 256, r), 132);  // 16 x 8K + 16 x 16K: 5 / 11
+  EXPECT_EQ(dynamic_cta_cap(16 * 128, 16, 264, 132, true, 128, r), 132);           // 16 x 8K uniform: 8 / 16
+  EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, r), 264);  // 2 x 32K + 30 x 4K: 22 / 45
+  EXPECT_EQ(dynamic_cta_cap(512 + 31 * 64, 32, 264, 132, false, 512, r), 264);      // 1 x 32K + 31 x 4K
+  EXPECT_EQ(dynamic_cta_cap(4 * 256 + 28 * 64, 32, 264, 132, false, 256, r), 264);  // 4 x 16K + 28 x 4K
+  EXPECT_EQ(dynamic_cta_cap(8 * 128 + 24 * 32, 32, 264, 132, false, 128, r), 264);  // 8 x 8K + 24 x 2K: 9 / 18
+  EXPECT_EQ(dynamic_cta_cap(8 * 256, 8, 264, 132, true, 256, r), 264);             // 8 x 16K uniform: 16 / 33
+  // (its one miss: 2 x 64K + 30 x 4K, 34 / 68 pieces, is capped and ran 0.980x without the cap)
+  EXPECT_EQ(dynamic_cta_cap(2 * 1024 + 30 * 64, 32, 264, 132, false, 1024, r), 132);
+  // session 37's points: the one-long-request scenarios keep the cap, uniform 64 x 4K and 512 x 4K run uncapped
+  EXPECT_EQ(dynamic_cta_cap(1024 + 7 * 64, 8, 264, 132, false, 1024, r), 132);
+  EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 2048, r), 132);
+  EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true, 64, r), 264);
+  EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true, 64, r), 264);
+  // one long request: capped; short pairs on average: never
+  EXPECT_EQ(dynamic_cta_cap(4096, 1, 264, 132, true, 4096, r), 132);
+  EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false, 64, r), 264);
+  // session 37's rule on the same batches (HOPPERKIT_DECODE_LONG_RULE=0)
+  EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, kLongPairRuleUniform), 132);
+  EXPECT_EQ(dynamic_cta_cap(8 * 256, 8, 264, 132, true, 256, kLongPairRuleUniform), 132);
+  // 64-bit products (pieces past 2^32 / CTAs) take the same path
+  EXPECT_EQ(dynamic_cta_cap(int64_t{1} << 34, 1, 264, 132, true, int64_t{1} << 34, r), 132);
   // by-SM claims follow the cap
-  EXPECT_FALSE(dynamic_by_sm(2 * 512 + 30 * 64, 32, 132, 264, 132, false, 512, d));
-  EXPECT_TRUE(dynamic_by_sm(1024 + 31 * 64, 32, 126, 264, 132, false, 1024, d));
+  EXPECT_FALSE(dynamic_by_sm(2 * 512 + 30 * 64, 32, 132, 264, 132, false, 512, r));
+  EXPECT_TRUE(dynamic_by_sm(1024 + 31 * 64, 32, 126, 264, 132, false, 1024, r));
 }
 
 TEST(Heuristics, UniformPairs) {
@@ -99,15 +121,16 @@ TEST(Heuristics, UniformPairs) {
 }
 
 TEST(Heuristics, ClaimsBySmOnlyUnderTheLongPairCap) {
+  const int u = kLongPairRuleUniform;  // session 37's rule (the session 39 rule: below)
   const int64_t long_T = int64_t{kLongPairTiles} * 32;  // 32 pairs at the threshold
-  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132, false, 0, 0));          // capped long pairs
-  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132, false, 0, 0));  // 1 x 128K + 31 x 4K
-  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132, false, 0, 0));         // uniform_512: few tiles, not long
-  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132, false, 0, 0));             // skewed_extreme: 17 tiles per pair
-  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132, false, 0, 0));         // the grid is one per SM already
-  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0, false, 0, 0));           // off (FP8, or one CTA per SM)
-  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132, false, 0, 0));                 // nothing to claim
-  EXPECT_FALSE(dynamic_by_sm(64 * 64, 64, 132, 264, 132, true, 0, 0));         // uniform: not capped, not claimed
+  EXPECT_TRUE(dynamic_by_sm(long_T, 32, 132, 264, 132, false, 0, u));          // capped long pairs
+  EXPECT_TRUE(dynamic_by_sm(2048 + 31 * 64, 32, 132, 264, 132, false, 0, u));  // 1 x 128K + 31 x 4K
+  EXPECT_FALSE(dynamic_by_sm(64 * 8, 64, 128, 264, 132, false, 0, u));         // uniform_512: few tiles, not long
+  EXPECT_FALSE(dynamic_by_sm(271, 16, 67, 264, 132, false, 0, u));             // skewed_extreme: 17 tiles per pair
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 132, 132, false, 0, u));         // the grid is one per SM already
+  EXPECT_FALSE(dynamic_by_sm(long_T, 32, 132, 264, 0, false, 0, u));           // off (FP8, or one CTA per SM)
+  EXPECT_FALSE(dynamic_by_sm(0, 0, 0, 264, 132, false, 0, u));                 // nothing to claim
+  EXPECT_FALSE(dynamic_by_sm(64 * 64, 64, 132, 264, 132, true, 0, u));         // uniform: not capped, not claimed
 }
 
 TEST(Heuristics, CtaBeginAndCtaOfTileAgreeWithTheir64BitFormulas) {
@@ -182,7 +205,7 @@ TEST(Heuristics, PairViewOfTheChunkRuleMatchesTheCtaWalk) {
       ASSERT_EQ(by_pair, by_cta) << "P " << P << " T " << T << " C " << C << " L " << L;
     }
   }
-  EXPECT_FALSE(dynamic_pair_crowds(nullptr, 4, 10, 2, 0, 0));  // limit 0: the rule is off
+  EXPECT_FALSE(dynamic_pair_crowds(nullptr, 4, 10, 2, 0, kLongPairRuleUniform));  // limit 0: the rule is off
 }
 
 TEST(Heuristics, NextCtaCountDoublesUpToTheCapAndTheTiles) {

@@ -121,7 +121,7 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
     }
     const bool uniform = dynamic_uniform_pairs(t_or, t_min, t_max);
     const int cap = dynamic_cta_cap(T, P, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform, t_max,
-                                    p.cfg.long_pair_share_div);
+                                    p.cfg.long_pair_rule);
     const int min_tiles = p.cfg.min_tiles_per_cta;
     const int c0 = dynamic_num_ctas(T, cap, min_tiles);
     const int limit = p.cfg.max_chunks_per_cta;
@@ -186,7 +186,7 @@ void check_invariants(const Plan& p, const std::vector<int32_t>& lens, int block
       ASSERT_LE(max_chunks_by_walk(v.pair_tile_start, P, T, C), limit) << "a CTA walks too many chunks";
     }
     ASSERT_EQ(v.header[kHdrBySm], dynamic_by_sm(T, P, C, p.cfg.max_ctas, p.cfg.long_pair_ctas, uniform, t_max,
-                                                p.cfg.long_pair_share_div)
+                                                p.cfg.long_pair_rule)
                                       ? 1
                                       : 0);
   } else {
@@ -271,7 +271,7 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
     if (iter % 3 != 0) cfg.align_window_div = 1 + static_cast<int>(rng() % 16);  // HOPPERKIT_DECODE_ALIGN_DIV
     if (iter % 6 == 0) cfg.align_window_div = 0;  // off (else kAlignWindowDiv, the default)
-    if (iter % 5 == 1) cfg.long_pair_share_div = static_cast<int>(rng() % 9);  // HOPPERKIT_DECODE_LONG_SHARE
+    if (iter % 5 == 1) cfg.long_pair_rule = kLongPairRuleUniform;  // HOPPERKIT_DECODE_LONG_RULE=0
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);

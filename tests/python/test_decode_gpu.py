@@ -156,19 +156,22 @@ def test_plan_matches_cpu_twin():
 def test_long_pairs_plan_one_cta_per_sm():
     """BF16 KV: a batch whose pairs average >= 48 tiles is spread over one CTA per SM (dynamic_cta_cap in
     heuristics.h) unless it is a uniform batch (every non-empty pair the same length in tiles) of at least 32
-    pairs, or a ragged batch whose longest pair holds less than a quarter of the tiles (kLongPairShareDiv); FP8
-    KV, BF16 batches of short pairs and such batches keep every resident CTA. A BF16 plan of at most one work item
-    per SM in a larger grid is claimed by SM (header word 8)."""
+    pairs -- since session 39 (kLongPairRuleRounds): where that takes the longest pair's merge to fewer rounds,
+    uniform or not; FP8 KV, BF16 batches of short pairs and the others keep every resident CTA. A BF16 plan of at
+    most one work item per SM in a larger grid is claimed by SM (header word 8)."""
     if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS") == "0":
         pytest.skip("the long-pair cap is switched off (HOPPERKIT_DECODE_LONG_CTAS=0)")
-    share_rule = os.environ.get("HOPPERKIT_DECODE_LONG_SHARE", "4") == "4"
+    rounds = os.environ.get("HOPPERKIT_DECODE_LONG_RULE", "1") != "0"  # else session 37's rule
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     long_lens = [131072] + [4096] * 31          # 126 tiles per pair
     short_lens = [128] * 32 + [4096] * 32       # 33 tiles per pair
     uniform_lens = [0] + [4096] * 63            # 64 tiles per non-empty pair: uniform
-    two_long_lens = [32768] * 2 + [4096] * 30   # 92 tiles per pair, the longest 512 of 2944
+    two_long_lens = [32768] * 2 + [4096] * 30   # 92 tiles per pair: 22 / 45 pieces, 2 merge rounds either way
+    few_uniform_lens = [16384] * 8              # 16 / 33 pieces: 2 rounds either way
+    mid_uniform_lens = [8192] * 16              # 8 / 16 pieces: 1 / 2 rounds
     for lens, kv, expect in ((long_lens, BF16, "sms"), (long_lens, FP8, "all"), (short_lens, BF16, "all"),
-                             (uniform_lens, BF16, "all"), (two_long_lens, BF16, "all" if share_rule else "sms")):
+                             (uniform_lens, BF16, "all"), (two_long_lens, BF16, "all" if rounds else "sms"),
+                             (few_uniform_lens, BF16, "all" if rounds else "sms"), (mid_uniform_lens, BF16, "sms")):
         seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
         plan = hopperkit.DecodePlan(len(lens), 8, 1, kv_dtype=kv)
         plan.update(seq, block_size=64, max_blocks_per_seq=2048)

@@ -108,15 +108,28 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // uniform_4096 BF16 (64 pairs) 0.961x and vLLM's 64 x 4K with 8 KV heads (512 pairs) 0.961x, while it cost the
 // one-long-request scenarios 1.004-1.011x (their cap stays). Fewer equal pairs (down to one long request, whose
 // pieces the cap halves) were not measured without it: the cap stays for them.
-// Since session 39 a ragged batch (pairs that differ) is capped only when its longest pair holds at least
-// 1 / kLongPairShareDiv of the tiles (config.long_pair_share_div; 0 = any share): what the cap buys is fewer
-// pieces of one long request, and a ragged batch without one (two_32k_30x4k: 512 of 2944 tiles) ran 0.975x
-// without the cap (session 37 call 6) while the one-long-request scenarios (1024 of 1472-3008, 2048 of 4032)
-// lost 0.4-1.1%.
+// Since session 39 (config.long_pair_rule = kLongPairRuleRounds, the default) the cap applies where it takes the
+// longest pair's merge to fewer dependent rounds (merge_rounds), uniform or not: halving the CTAs halves its
+// pieces, and what the second CTA per SM buys otherwise (more warps streaming) was worth more on every batch
+// where the rounds stayed the same. Same build, session 39 call 1, BF16, time without the cap / with it (the
+// longest pair's estimated pieces with / without it): 2 x 32K + 30 x 4K 0.978 (22 / 45: 2 rounds either way),
+// 1 x 32K + 31 x 4K 0.985, 4 x 16K + 28 x 4K 0.964, 8 x 8K + 24 x 2K 0.984 (9 / 18), 8 x 16K uniform 0.975
+// (16 / 33); but 16 x 8K uniform 1.028 (8 / 16: 1 / 2 rounds), 16 x 8K + 16 x 16K 1.010 (5 / 11), 1 x 32K +
+// 15 x 4K 1.009 (45 / 91: 2 / 3 rounds), 1 x 64K + 31 x 4K 1.010 (44 / 89). One miss: 2 x 64K + 30 x 4K ran
+// 0.980x without the cap although its rounds go from 2 to 3 (34 / 68). kLongPairRuleUniform is session 37's
+// rule (HOPPERKIT_DECODE_LONG_RULE=0).
 constexpr int kLongPairTiles = 48;
 constexpr int kUniformMinPairs = 32;
-constexpr int kLongPairShareDiv = 4;
-constexpr int kMaxLongPairShareDiv = 1024;
+constexpr int kLongPairRuleUniform = 0;  // session 37: not for uniform batches of >= kUniformMinPairs pairs
+constexpr int kLongPairRuleRounds = 1;   // session 39: where it takes the longest pair's merge to fewer rounds
+
+// Dependent rounds of partial loads that merging `pieces` pieces of a pair takes with 16 query rows or fewer:
+// one per level-1 group (kMergeGroup pieces), then the groups, kMergeGroup at a time (merge_slots<2, 8>).
+HK_HD int merge_rounds(int64_t pieces) {
+  if (pieces <= kMergeGroup) return 1;
+  const int64_t groups = (pieces + kMergeGroup - 1) / kMergeGroup;
+  return 1 + static_cast<int>((groups + kMergeGroup - 1) / kMergeGroup);
+}
 
 // Whether every non-empty pair has the same tile count (from dynamic_align_add's three reductions; false with
 // no tiles).
@@ -125,15 +138,29 @@ HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32
 }
 
 // Dynamic mode: the CTA cap for a batch of `num_pairs` pairs holding `total_tiles` tiles: `long_pair_ctas` when
-// that is set (> 0), the pairs average >= kLongPairTiles tiles, they are not a uniform batch of at least
-// kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs) and, for pairs that differ and `share_div` > 0, the
-// longest pair (`max_pair_tiles`) holds at least 1 / share_div of the tiles; else `max_ctas`.
+// that is set (> 0), the pairs average >= kLongPairTiles tiles and, by `rule`: (kLongPairRuleRounds) the longest
+// pair (`max_pair_tiles`) merges in fewer rounds at its share of long_pair_ctas than of max_ctas CTAs (its pieces
+// estimated as max_pair_tiles x CTAs / total_tiles, rounded down: aligned budgets take up to C / 8 fewer CTAs);
+// (kLongPairRuleUniform) they are not a uniform batch of at least kUniformMinPairs pairs (`uniform`:
+// dynamic_uniform_pairs). Else `max_ctas`.
 HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas, bool uniform,
-                          int64_t max_pair_tiles, int share_div) {
-  const bool is_long = long_pair_ctas > 0 && num_pairs > 0 && !(uniform && num_pairs >= kUniformMinPairs) &&
-                       total_tiles >= static_cast<int64_t>(kLongPairTiles) * num_pairs &&
-                       (uniform || share_div <= 0 || max_pair_tiles * share_div >= total_tiles);
-  return is_long && long_pair_ctas < max_ctas ? long_pair_ctas : max_ctas;
+                          int64_t max_pair_tiles, int rule) {
+  if (long_pair_ctas <= 0 || long_pair_ctas >= max_ctas || num_pairs <= 0 ||
+      total_tiles < static_cast<int64_t>(kLongPairTiles) * num_pairs) {
+    return max_ctas;
+  }
+  bool cap;
+  if (rule == kLongPairRuleRounds) {
+    const int64_t a = max_pair_tiles * long_pair_ctas, b = max_pair_tiles * max_ctas;
+    // (32-bit divisions where they fit, as they do for every plan here: on the GPU a 64-bit one is a subroutine)
+    const bool fit = b <= 0xffffffffLL && total_tiles <= 0xffffffffLL;
+    const int64_t pieces_capped = fit ? static_cast<uint32_t>(a) / static_cast<uint32_t>(total_tiles) : a / total_tiles;
+    const int64_t pieces_all = fit ? static_cast<uint32_t>(b) / static_cast<uint32_t>(total_tiles) : b / total_tiles;
+    cap = merge_rounds(pieces_capped) < merge_rounds(pieces_all);
+  } else {
+    cap = !(uniform && num_pairs >= kUniformMinPairs);
+  }
+  return cap ? long_pair_ctas : max_ctas;
 }
 
 // Dynamic mode: whether the attention CTAs claim the plan's C work items by SM (the first CTA resident on an
@@ -146,9 +173,9 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
 // (C < SMs because there are few tiles) are not claimed by SM: the claim's extra round trips (SM counter, item
 // counter, item range) cost them 3-4.5% (uniform_512, skewed_extreme) in the same run.
 HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas,
-                         bool uniform, int64_t max_pair_tiles, int share_div) {
+                         bool uniform, int64_t max_pair_tiles, int rule) {
   return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
-         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform, max_pair_tiles, share_div) ==
+         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform, max_pair_tiles, rule) ==
              long_pair_ctas;
 }
 
