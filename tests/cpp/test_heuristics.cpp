@@ -101,6 +101,13 @@ TEST(Heuristics, LongPairCapWhereItSavesMergeRounds) {
   // one long request: capped; short pairs on average: never
   EXPECT_EQ(dynamic_cta_cap(4096, 1, 264, 132, true, 4096, r), 132);
   EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false, 64, r), 264);
+  // the dominant-pair form (HOPPERKIT_DECODE_LONG_RULE=2): 2 -> 3 rounds only for a pair of >= 1/3 of the tiles
+  const int dm = kLongPairRuleDominant;
+  EXPECT_EQ(dynamic_cta_cap(2 * 1024 + 30 * 64, 32, 264, 132, false, 1024, dm), 264);  // 2 x 64K + 30 x 4K
+  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, dm), 132);      // 1 x 64K + 31 x 4K
+  EXPECT_EQ(dynamic_cta_cap(16 * 128, 16, 264, 132, true, 128, dm), 132);              // 1 / 2 rounds
+  EXPECT_EQ(dynamic_cta_cap(4 * 512, 4, 264, 132, true, 512, dm), 264);                // 4 x 32K: 33 / 66
+  EXPECT_EQ(dynamic_cta_cap(3 * 512, 3, 264, 132, true, 512, dm), 132);                // 3 x 32K: exactly 1 / 3
   // session 37's rule on the same batches (HOPPERKIT_DECODE_LONG_RULE=0)
   EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, kLongPairRuleUniform), 132);
   EXPECT_EQ(dynamic_cta_cap(8 * 256, 8, 264, 132, true, 256, kLongPairRuleUniform), 132);

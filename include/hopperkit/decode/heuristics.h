@@ -122,6 +122,8 @@ constexpr int kLongPairTiles = 48;
 constexpr int kUniformMinPairs = 32;
 constexpr int kLongPairRuleUniform = 0;  // session 37: not for uniform batches of >= kUniformMinPairs pairs
 constexpr int kLongPairRuleRounds = 1;   // session 39: where it takes the longest pair's merge to fewer rounds
+constexpr int kLongPairRuleDominant = 2;  // ... to one round, or for a pair of >= 1 / kLongPairDominantDiv of the tiles
+constexpr int kLongPairDominantDiv = 3;
 
 // Dependent rounds of partial loads that merging `pieces` pieces of a pair takes with 16 query rows or fewer:
 // one per level-1 group (kMergeGroup pieces), then the groups, kMergeGroup at a time (merge_slots<2, 8>).
@@ -150,13 +152,17 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
     return max_ctas;
   }
   bool cap;
-  if (rule == kLongPairRuleRounds) {
+  if (rule == kLongPairRuleRounds || rule == kLongPairRuleDominant) {
     const int64_t a = max_pair_tiles * long_pair_ctas, b = max_pair_tiles * max_ctas;
     // (32-bit divisions where they fit, as they do for every plan here: on the GPU a 64-bit one is a subroutine)
     const bool fit = b <= 0xffffffffLL && total_tiles <= 0xffffffffLL;
     const int64_t pieces_capped = fit ? static_cast<uint32_t>(a) / static_cast<uint32_t>(total_tiles) : a / total_tiles;
     const int64_t pieces_all = fit ? static_cast<uint32_t>(b) / static_cast<uint32_t>(total_tiles) : b / total_tiles;
-    cap = merge_rounds(pieces_capped) < merge_rounds(pieces_all);
+    const int rounds_capped = merge_rounds(pieces_capped);
+    cap = rounds_capped < merge_rounds(pieces_all);
+    if (rule == kLongPairRuleDominant) {
+      cap = cap && (rounds_capped == 1 || max_pair_tiles * kLongPairDominantDiv >= total_tiles);
+    }
   } else {
     cap = !(uniform && num_pairs >= kUniformMinPairs);
   }
