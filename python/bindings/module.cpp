@@ -84,8 +84,8 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
            "min_tiles_per_cta 1.." + std::to_string(decode::kMaxMinTilesPerCta), v[14]);
   HK_CHECK(kValue, v[15] >= 0 && v[15] <= decode::kMaxAlignWindowDiv, "plan_cfg",
            "align_window_div 0.." + std::to_string(decode::kMaxAlignWindowDiv), v[15]);
-  HK_CHECK(kValue, v[16] >= 0 && v[16] <= decode::kLongPairRuleDominant, "plan_cfg",
-           "long_pair_rule 0.." + std::to_string(decode::kLongPairRuleDominant), v[16]);
+  HK_CHECK(kValue, v[16] >= 0 && v[16] <= decode::kLongPairRuleRounds, "plan_cfg",
+           "long_pair_rule 0.." + std::to_string(decode::kLongPairRuleRounds), v[16]);
   if (launch) {
     launch->grid_ctas = static_cast<int>(v[8]);
     launch->static_splits = static_cast<int>(v[9]);

@@ -233,7 +233,7 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
                                                    sms * per_sm, long_ctas);
   // Profiling aid (not for serving): HOPPERKIT_DECODE_LONG_RULE=0 applies the long-pair cap by session 37's rule
   // (kLongPairRuleUniform) instead of the merge rounds (kLongPairRuleRounds, the default; dynamic_cta_cap).
-  static const int rule = env_int("HOPPERKIT_DECODE_LONG_RULE", kLongPairRuleRounds, 0, kLongPairRuleDominant);
+  static const int rule = env_int("HOPPERKIT_DECODE_LONG_RULE", kLongPairRuleRounds, 0, kLongPairRuleRounds);
   c.long_pair_rule = rule;
   // Profiling aid (not for serving): HOPPERKIT_DECODE_MAX_CHUNKS=n sets the chunks per CTA above which the
   // dynamic plan grows its CTA count (kMaxChunksPerCta; 0 = never). Planner and CPU twin read it from the config.
@@ -256,8 +256,8 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            "a config made by make_decode_plan_config", "max_batch " + std::to_string(c.max_batch));
   HK_CHECK(kValue, c.long_pair_ctas >= 0 && c.long_pair_ctas <= c.max_ctas, "config",
            "long_pair_ctas 0.." + std::to_string(c.max_ctas), c.long_pair_ctas);
-  HK_CHECK(kValue, c.long_pair_rule >= 0 && c.long_pair_rule <= kLongPairRuleDominant, "config",
-           "long_pair_rule 0.." + std::to_string(kLongPairRuleDominant), c.long_pair_rule);
+  HK_CHECK(kValue, c.long_pair_rule >= 0 && c.long_pair_rule <= kLongPairRuleRounds, "config",
+           "long_pair_rule 0.." + std::to_string(kLongPairRuleRounds), c.long_pair_rule);
   HK_CHECK(kValue, c.max_chunks_per_cta >= 0 && c.max_chunks_per_cta <= kMaxChunksLimit, "config",
            "max_chunks_per_cta 0.." + std::to_string(kMaxChunksLimit), c.max_chunks_per_cta);
   HK_CHECK(kValue, c.min_tiles_per_cta >= 1 && c.min_tiles_per_cta <= kMaxMinTilesPerCta, "config",

@@ -81,33 +81,32 @@ TEST(Heuristics, MergeRounds) {
 
 TEST(Heuristics, LongPairCapWhereItSavesMergeRounds) {
   const int r = kLongPairRuleRounds;
-  // session 39 call 1's batches (BF16, 264 resident CTAs, 132 SMs) and what the cap measured there
-  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, r), 132);   // 1 x 64K + 31 x 4K: 44 / 89
-  EXPECT_EQ(dynamic_cta_cap(512 + 15 * 64, 16, 264, 132, false, 512, r), 132);     // 1 x 32K + 15 x 4K: 45 / 91
+  // session 39's batches (BF16, 264 resident CTAs, 132 SMs; pieces of the longest pair capped / not) and what the
+  // cap measured there. Capped: one round instead of two, or a dominant pair (>= 1/3 of the tiles)
   EXPECT_EQ(dynamic_cta_cap(16 * 128 + 16 * 256, 32, 264, 132, false, 256, r), 132);  // 16 x 8K + 16 x 16K: 5 / 11
   EXPECT_EQ(dynamic_cta_cap(16 * 128, 16, 264, 132, true, 128, r), 132);           // 16 x 8K uniform: 8 / 16
+  EXPECT_EQ(dynamic_cta_cap(12 * 128 + 20 * 64, 32, 264, 132, false, 128, r), 132);  // 12 x 8K + 20 x 4K: 6 / 12
+  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, r), 132);   // 1 x 64K + 31 x 4K: 44 / 89
+  EXPECT_EQ(dynamic_cta_cap(512 + 15 * 64, 16, 264, 132, false, 512, r), 132);     // 1 x 32K + 15 x 4K: 45 / 91
+  EXPECT_EQ(dynamic_cta_cap(3 * 512, 3, 264, 132, true, 512, r), 132);             // 3 x 32K: exactly 1 / 3
+  // not capped: the same rounds either way
   EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, r), 264);  // 2 x 32K + 30 x 4K: 22 / 45
   EXPECT_EQ(dynamic_cta_cap(512 + 31 * 64, 32, 264, 132, false, 512, r), 264);      // 1 x 32K + 31 x 4K
   EXPECT_EQ(dynamic_cta_cap(4 * 256 + 28 * 64, 32, 264, 132, false, 256, r), 264);  // 4 x 16K + 28 x 4K
   EXPECT_EQ(dynamic_cta_cap(8 * 128 + 24 * 32, 32, 264, 132, false, 128, r), 264);  // 8 x 8K + 24 x 2K: 9 / 18
   EXPECT_EQ(dynamic_cta_cap(8 * 256, 8, 264, 132, true, 256, r), 264);             // 8 x 16K uniform: 16 / 33
-  // (its one miss: 2 x 64K + 30 x 4K, 34 / 68 pieces, is capped and ran 0.980x without the cap)
-  EXPECT_EQ(dynamic_cta_cap(2 * 1024 + 30 * 64, 32, 264, 132, false, 1024, r), 132);
+  // ... nor 2 -> 3 rounds for pairs of less than 1/3 of the tiles
+  EXPECT_EQ(dynamic_cta_cap(2 * 1024 + 30 * 64, 32, 264, 132, false, 1024, r), 264);  // 2 x 64K + 30 x 4K: 34 / 68
+  EXPECT_EQ(dynamic_cta_cap(4 * 512, 4, 264, 132, true, 512, r), 264);                // 4 x 32K: 33 / 66
   // session 37's points: the one-long-request scenarios keep the cap, uniform 64 x 4K and 512 x 4K run uncapped
   EXPECT_EQ(dynamic_cta_cap(1024 + 7 * 64, 8, 264, 132, false, 1024, r), 132);
+  EXPECT_EQ(dynamic_cta_cap(1024 + 15 * 64, 16, 264, 132, false, 1024, r), 132);
   EXPECT_EQ(dynamic_cta_cap(2048 + 31 * 64, 32, 264, 132, false, 2048, r), 132);
   EXPECT_EQ(dynamic_cta_cap(64 * 64, 64, 264, 132, true, 64, r), 264);
   EXPECT_EQ(dynamic_cta_cap(512 * 64, 512, 264, 132, true, 64, r), 264);
   // one long request: capped; short pairs on average: never
   EXPECT_EQ(dynamic_cta_cap(4096, 1, 264, 132, true, 4096, r), 132);
   EXPECT_EQ(dynamic_cta_cap(32 * 2 + 32 * 64, 64, 264, 132, false, 64, r), 264);
-  // the dominant-pair form (HOPPERKIT_DECODE_LONG_RULE=2): 2 -> 3 rounds only for a pair of >= 1/3 of the tiles
-  const int dm = kLongPairRuleDominant;
-  EXPECT_EQ(dynamic_cta_cap(2 * 1024 + 30 * 64, 32, 264, 132, false, 1024, dm), 264);  // 2 x 64K + 30 x 4K
-  EXPECT_EQ(dynamic_cta_cap(1024 + 31 * 64, 32, 264, 132, false, 1024, dm), 132);      // 1 x 64K + 31 x 4K
-  EXPECT_EQ(dynamic_cta_cap(16 * 128, 16, 264, 132, true, 128, dm), 132);              // 1 / 2 rounds
-  EXPECT_EQ(dynamic_cta_cap(4 * 512, 4, 264, 132, true, 512, dm), 264);                // 4 x 32K: 33 / 66
-  EXPECT_EQ(dynamic_cta_cap(3 * 512, 3, 264, 132, true, 512, dm), 132);                // 3 x 32K: exactly 1 / 3
   // session 37's rule on the same batches (HOPPERKIT_DECODE_LONG_RULE=0)
   EXPECT_EQ(dynamic_cta_cap(2 * 512 + 30 * 64, 32, 264, 132, false, 512, kLongPairRuleUniform), 132);
   EXPECT_EQ(dynamic_cta_cap(8 * 256, 8, 264, 132, true, 256, kLongPairRuleUniform), 132);

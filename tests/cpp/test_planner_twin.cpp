@@ -271,7 +271,7 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
     if (iter % 7 == 3) cfg.min_tiles_per_cta = 1 + static_cast<int>(rng() % 8);  // HOPPERKIT_DECODE_MIN_TILES
     if (iter % 3 != 0) cfg.align_window_div = 1 + static_cast<int>(rng() % 16);  // HOPPERKIT_DECODE_ALIGN_DIV
     if (iter % 6 == 0) cfg.align_window_div = 0;  // off (else kAlignWindowDiv, the default)
-    if (iter % 5 == 1) cfg.long_pair_rule = static_cast<int>(rng() % 3);  // HOPPERKIT_DECODE_LONG_RULE
+    if (iter % 5 == 1) cfg.long_pair_rule = kLongPairRuleUniform;  // HOPPERKIT_DECODE_LONG_RULE=0
     std::vector<int32_t> lens = random_lens(rng, batch, max_len);
     int max_seen = 0;
     for (int32_t l : lens) max_seen = std::max(max_seen, l);

@@ -156,8 +156,9 @@ def test_plan_matches_cpu_twin():
 def test_long_pairs_plan_one_cta_per_sm():
     """BF16 KV: a batch whose pairs average >= 48 tiles is spread over one CTA per SM (dynamic_cta_cap in
     heuristics.h) unless it is a uniform batch (every non-empty pair the same length in tiles) of at least 32
-    pairs -- since session 39 (kLongPairRuleRounds): where that takes the longest pair's merge to fewer rounds,
-    uniform or not; FP8 KV, BF16 batches of short pairs and the others keep every resident CTA. A BF16 plan of at
+    pairs -- since session 39 (kLongPairRuleRounds): where that takes the longest pair's merge to fewer rounds (to
+    one, or for a pair of >= 1/3 of the tiles), uniform or not; FP8 KV, BF16 batches of short pairs and the others
+    keep every resident CTA. A BF16 plan of at
     most one work item per SM in a larger grid is claimed by SM (header word 8)."""
     if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS") == "0":
         pytest.skip("the long-pair cap is switched off (HOPPERKIT_DECODE_LONG_CTAS=0)")

@@ -108,21 +108,24 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // uniform_4096 BF16 (64 pairs) 0.961x and vLLM's 64 x 4K with 8 KV heads (512 pairs) 0.961x, while it cost the
 // one-long-request scenarios 1.004-1.011x (their cap stays). Fewer equal pairs (down to one long request, whose
 // pieces the cap halves) were not measured without it: the cap stays for them.
-// Since session 39 (config.long_pair_rule = kLongPairRuleRounds, the default) the cap applies where it takes the
-// longest pair's merge to fewer dependent rounds (merge_rounds), uniform or not: halving the CTAs halves its
-// pieces, and what the second CTA per SM buys otherwise (more warps streaming) was worth more on every batch
-// where the rounds stayed the same. Same build, session 39 call 1, BF16, time without the cap / with it (the
-// longest pair's estimated pieces with / without it): 2 x 32K + 30 x 4K 0.978 (22 / 45: 2 rounds either way),
-// 1 x 32K + 31 x 4K 0.985, 4 x 16K + 28 x 4K 0.964, 8 x 8K + 24 x 2K 0.984 (9 / 18), 8 x 16K uniform 0.975
-// (16 / 33); but 16 x 8K uniform 1.028 (8 / 16: 1 / 2 rounds), 16 x 8K + 16 x 16K 1.010 (5 / 11), 1 x 32K +
-// 15 x 4K 1.009 (45 / 91: 2 / 3 rounds), 1 x 64K + 31 x 4K 1.010 (44 / 89). One miss: 2 x 64K + 30 x 4K ran
-// 0.980x without the cap although its rounds go from 2 to 3 (34 / 68). kLongPairRuleUniform is session 37's
-// rule (HOPPERKIT_DECODE_LONG_RULE=0).
+// Since session 39 (config.long_pair_rule = kLongPairRuleRounds, the default) the cap applies, uniform batch or
+// not, where it takes the longest pair's merge to fewer dependent rounds (merge_rounds) and either to a single
+// one or for a pair that holds at least 1 / kLongPairDominantDiv of the tiles: halving the CTAs halves its
+// pieces, and what the second CTA per SM buys otherwise (more warps streaming) was worth more wherever the rounds
+// stayed the same, and where several long pairs went from 2 to 3 rounds. Same build, BF16, time without the cap
+// / with it (the longest pair's estimated pieces with / without it; bench/scenarios/decode_long_cap.json,
+// session 39 calls 1-3, in the notes): no change in rounds, 2 x 32K + 30 x 4K 0.978-0.982 (22 / 45), 4 x 16K +
+// 28 x 4K 0.964, 8 x 8K + 24 x 2K 0.975-0.984, 8 x 16K uniform 0.975 (16 / 33), 1 x 16K + 31 x 4K 0.987; 2 -> 3
+// rounds for several long pairs: 2 x 64K + 30 x 4K 0.980-0.985 (34 / 68), 3 x 32K + 13 x 2K 0.976-0.978, 4 x 32K
+// 0.987-0.993, 2 x 48K + 20 x 4K 0.985; but 1 -> 2 rounds: 16 x 8K uniform 1.027-1.028 (8 / 16), 16 x 8K + 16 x
+// 16K 1.010-1.014 (5 / 11), 12 x 8K + 20 x 4K 1.008; and one dominant pair: 1 x 64K + 31 x 4K 1.010-1.037 (44 /
+// 89), 1 x 32K + 15 x 4K 1.005-1.009 (and 0.998-1.001 at 1 x 64K + 24 x 4K, 1 x 48K + 40 x 2K, 3 x 32K). The
+// rule's predictions held on the batches added after it was set (calls 2 and 3). kLongPairRuleUniform is
+// session 37's rule (HOPPERKIT_DECODE_LONG_RULE=0).
 constexpr int kLongPairTiles = 48;
 constexpr int kUniformMinPairs = 32;
 constexpr int kLongPairRuleUniform = 0;  // session 37: not for uniform batches of >= kUniformMinPairs pairs
-constexpr int kLongPairRuleRounds = 1;   // session 39: where it takes the longest pair's merge to fewer rounds
-constexpr int kLongPairRuleDominant = 2;  // ... to one round, or for a pair of >= 1 / kLongPairDominantDiv of the tiles
+constexpr int kLongPairRuleRounds = 1;   // session 39: where it saves merge rounds (above)
 constexpr int kLongPairDominantDiv = 3;
 
 // Dependent rounds of partial loads that merging `pieces` pieces of a pair takes with 16 query rows or fewer:
@@ -142,9 +145,9 @@ HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32
 // Dynamic mode: the CTA cap for a batch of `num_pairs` pairs holding `total_tiles` tiles: `long_pair_ctas` when
 // that is set (> 0), the pairs average >= kLongPairTiles tiles and, by `rule`: (kLongPairRuleRounds) the longest
 // pair (`max_pair_tiles`) merges in fewer rounds at its share of long_pair_ctas than of max_ctas CTAs (its pieces
-// estimated as max_pair_tiles x CTAs / total_tiles, rounded down: aligned budgets take up to C / 8 fewer CTAs);
-// (kLongPairRuleUniform) they are not a uniform batch of at least kUniformMinPairs pairs (`uniform`:
-// dynamic_uniform_pairs). Else `max_ctas`.
+// estimated as max_pair_tiles x CTAs / total_tiles, rounded down: aligned budgets take up to C / 8 fewer CTAs),
+// in one round or holding >= 1 / kLongPairDominantDiv of the tiles; (kLongPairRuleUniform) they are not a
+// uniform batch of at least kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs). Else `max_ctas`.
 HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas, bool uniform,
                           int64_t max_pair_tiles, int rule) {
   if (long_pair_ctas <= 0 || long_pair_ctas >= max_ctas || num_pairs <= 0 ||
@@ -152,17 +155,15 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
     return max_ctas;
   }
   bool cap;
-  if (rule == kLongPairRuleRounds || rule == kLongPairRuleDominant) {
+  if (rule == kLongPairRuleRounds) {
     const int64_t a = max_pair_tiles * long_pair_ctas, b = max_pair_tiles * max_ctas;
     // (32-bit divisions where they fit, as they do for every plan here: on the GPU a 64-bit one is a subroutine)
     const bool fit = b <= 0xffffffffLL && total_tiles <= 0xffffffffLL;
     const int64_t pieces_capped = fit ? static_cast<uint32_t>(a) / static_cast<uint32_t>(total_tiles) : a / total_tiles;
     const int64_t pieces_all = fit ? static_cast<uint32_t>(b) / static_cast<uint32_t>(total_tiles) : b / total_tiles;
     const int rounds_capped = merge_rounds(pieces_capped);
-    cap = rounds_capped < merge_rounds(pieces_all);
-    if (rule == kLongPairRuleDominant) {
-      cap = cap && (rounds_capped == 1 || max_pair_tiles * kLongPairDominantDiv >= total_tiles);
-    }
+    cap = rounds_capped < merge_rounds(pieces_all) &&
+          (rounds_capped == 1 || max_pair_tiles * kLongPairDominantDiv >= total_tiles);
   } else {
     cap = !(uniform && num_pairs >= kUniformMinPairs);
   }
