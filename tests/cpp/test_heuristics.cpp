@@ -77,6 +77,13 @@ TEST(Heuristics, MergeRounds) {
   EXPECT_EQ(merge_rounds(kMergeGroup * kMergeGroup + 1), 3);   // 9 groups: two rounds at level 2
   EXPECT_EQ(merge_rounds(int64_t{kMergeGroup} * kMergeGroup * 2), 3);
   EXPECT_EQ(merge_rounds(int64_t{kMergeGroup} * kMergeGroup * 2 + 1), 4);
+  // the division-free form the plan uses: merge_rounds(floor(x / t))
+  for (int64_t t = 1; t <= 700; t += 3) {
+    for (int64_t x = 0; x <= 300 * t + 5; x += 1 + t / 7) {
+      ASSERT_EQ(merge_rounds_of_share(x, t), merge_rounds(x / t)) << x << " / " << t;
+    }
+  }
+  EXPECT_EQ(merge_rounds_of_share((int64_t{1} << 34) * 264, int64_t{1} << 34), merge_rounds(264));
 }
 
 TEST(Heuristics, LongPairCapWhereItSavesMergeRounds) {

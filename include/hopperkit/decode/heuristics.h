@@ -136,6 +136,17 @@ HK_HD int merge_rounds(int64_t pieces) {
   return 1 + static_cast<int>((groups + kMergeGroup - 1) / kMergeGroup);
 }
 
+// merge_rounds(floor(x / t)) for t > 0, x >= 0, by products and comparisons only (the plan kernel's form: a
+// division there cost it ~0.3-0.6 us, session 39 call 4). floor(x / t) <= n exactly when x < (n + 1) t; above
+// kMergeGroup pieces the rounds are 1 + ceil(pieces / kMergeGroup^2).
+HK_HD int merge_rounds_of_share(int64_t x, int64_t t) {
+  constexpr int64_t kStep = static_cast<int64_t>(kMergeGroup) * kMergeGroup;
+  if (x < (kMergeGroup + 1) * t) return 1;
+  int rounds = 2;
+  for (int64_t n = kStep; x >= (n + 1) * t; n += kStep) ++rounds;
+  return rounds;
+}
+
 // Whether every non-empty pair has the same tile count (from dynamic_align_add's three reductions; false with
 // no tiles).
 HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32_t max) {
@@ -156,13 +167,8 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
   }
   bool cap;
   if (rule == kLongPairRuleRounds) {
-    const int64_t a = max_pair_tiles * long_pair_ctas, b = max_pair_tiles * max_ctas;
-    // (32-bit divisions where they fit, as they do for every plan here: on the GPU a 64-bit one is a subroutine)
-    const bool fit = b <= 0xffffffffLL && total_tiles <= 0xffffffffLL;
-    const int64_t pieces_capped = fit ? static_cast<uint32_t>(a) / static_cast<uint32_t>(total_tiles) : a / total_tiles;
-    const int64_t pieces_all = fit ? static_cast<uint32_t>(b) / static_cast<uint32_t>(total_tiles) : b / total_tiles;
-    const int rounds_capped = merge_rounds(pieces_capped);
-    cap = rounds_capped < merge_rounds(pieces_all) &&
+    const int rounds_capped = merge_rounds_of_share(max_pair_tiles * long_pair_ctas, total_tiles);
+    cap = rounds_capped < merge_rounds_of_share(max_pair_tiles * max_ctas, total_tiles) &&
           (rounds_capped == 1 || max_pair_tiles * kLongPairDominantDiv >= total_tiles);
   } else {
     cap = !(uniform && num_pairs >= kUniformMinPairs);
