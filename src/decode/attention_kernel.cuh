@@ -121,7 +121,8 @@ struct DecodeTraits {
   static constexpr int kPxBytes = kWgQk ? 2 * kPBufBytes + 3 * 16 * kConsumerWarps * 4 : 0;
   // merge_slots' shape: R rows per warp x G partials per round (R x G = 16 loads per lane in flight). 16 rows or
   // fewer: 2 x 8 (8 rows: one round per 8 partials); more rows: 8 x 2, so a 64-row pair split in two merges in
-  // 2 rounds instead of 8 (rounds = ceil(rows / 4R) x ceil(count / G), never more than 2 x 8 takes there).
+  // 2 rounds instead of 8. Rounds = ceil(rows / 4R) x ceil(count / G): at 32 or 64 rows never more than 2 x 8
+  // takes; at rows between, many partials can take more (24 rows, 8 partials: 4 rounds against 3).
   static constexpr int kMergeRows = kMPad >= 32 ? 8 : 2;
   static constexpr int kMergeLoads = 16 / kMergeRows;
   static constexpr int kMergeOBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
@@ -565,7 +566,7 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
 // (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; each round reads
 // G partials of R rows per warp with every load in flight before any use (the latency of L2, not its
 // bandwidth, is what this costs: a merge takes ceil(rows / 4R) x ceil(count / G) dependent rounds).
-// R x G = 16 loads per lane (MergeShape).
+// R x G = 16 loads per lane (DecodeTraits::kMergeRows, kMergeLoads).
 template <int R, int G>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {

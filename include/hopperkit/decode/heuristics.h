@@ -119,9 +119,9 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
 // rounds for several long pairs: 2 x 64K + 30 x 4K 0.980-0.985 (34 / 68), 3 x 32K + 13 x 2K 0.976-0.978, 4 x 32K
 // 0.987-0.993, 2 x 48K + 20 x 4K 0.985; but 1 -> 2 rounds: 16 x 8K uniform 1.027-1.028 (8 / 16), 16 x 8K + 16 x
 // 16K 1.010-1.014 (5 / 11), 12 x 8K + 20 x 4K 1.008; and one dominant pair: 1 x 64K + 31 x 4K 1.010-1.037 (44 /
-// 89), 1 x 32K + 15 x 4K 1.005-1.009 (and 0.998-1.001 at 1 x 64K + 24 x 4K, 1 x 48K + 40 x 2K, 3 x 32K). The
-// rule's predictions held on the batches added after it was set (calls 2 and 3). kLongPairRuleUniform is
-// session 37's rule (HOPPERKIT_DECODE_LONG_RULE=0).
+// 89), 1 x 32K + 15 x 4K 1.005-1.009 (and 0.998-1.001 at 1 x 64K + 24 x 4K, 1 x 48K + 40 x 2K, 3 x 32K). Its
+// first form (fewer rounds alone) missed three of call 2's held-out batches (the 2 -> 3-round ones above); this
+// form held on call 3's new ones. kLongPairRuleUniform is session 37's rule (HOPPERKIT_DECODE_LONG_RULE=0).
 constexpr int kLongPairTiles = 48;
 constexpr int kUniformMinPairs = 32;
 constexpr int kLongPairRuleUniform = 0;  // session 37: not for uniform batches of >= kUniformMinPairs pairs
