@@ -139,18 +139,15 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   const int T = prefix[P];
   for (int p = 0; p <= P; ++p) v.pair_tile_start[p] = prefix[p];
   int C = 0, S = 1, chunk = 1;
-  bool uniform = false;  // dynamic plans: every non-empty pair the same tile count (dynamic_uniform_pairs)
-  uint32_t max_pair_tiles = 0;  // dynamic plans: the longest pair's tiles
+  int cap = config.max_ctas;  // dynamic plans: the CTA cap (dynamic_cta_cap), also what the by-SM claim follows
   if (config.mode == PlanMode::kDynamic) {
     // the OR, minimum (non-zero) and maximum of the pairs' tile counts (aligned budgets, uniform batches)
     uint32_t tiles_or = 0, tiles_max = 0, tiles_min = 0xffffffffu;
     for (int p = 0; p < P; ++p) {
       dynamic_align_add(static_cast<uint32_t>(prefix[p + 1] - prefix[p]), tiles_or, tiles_min, tiles_max);
     }
-    uniform = dynamic_uniform_pairs(tiles_or, tiles_min, tiles_max);
-    max_pair_tiles = tiles_max;
-    const int cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas, uniform, tiles_max,
-                                    config.long_pair_rule);
+    cap = dynamic_cta_cap(T, P, config.max_ctas, config.long_pair_ctas,
+                          dynamic_uniform_pairs(tiles_or, tiles_min, tiles_max), tiles_max, config.long_pair_rule);
     C = dynamic_num_ctas(T, cap, config.min_tiles_per_cta);
     // more CTAs while one of them would walk more than max_chunks_per_cta chunks (as the device planner)
     for (int next = dynamic_next_ctas(C, cap, T); config.max_chunks_per_cta > 0 && next != 0;
@@ -211,10 +208,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
   v.header[kHdrErrors] = errors;
   v.header[kHdrMode] = static_cast<int>(config.mode);
   v.header[kHdrBySm] =
-      config.mode == PlanMode::kDynamic && dynamic_by_sm(T, P, C, config.max_ctas, config.long_pair_ctas, uniform,
-                                                         max_pair_tiles, config.long_pair_rule)
-          ? 1
-          : 0;
+      config.mode == PlanMode::kDynamic && dynamic_by_sm_at(C, config.max_ctas, config.long_pair_ctas, cap) ? 1 : 0;
   v.header[kHdrClaimNext] = 0;
   v.header[kHdrClaimDone] = 0;
 }

@@ -109,10 +109,10 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
 
   // ---- CTA ranges
   int C;
+  int cap = a.max_ctas;  // dynamic: the CTA cap (dynamic_cta_cap), also what the by-SM claim follows
   if (a.mode == static_cast<int>(PlanMode::kDynamic)) {
-    const int cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas,
-                                    dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max), s_tiles_max,
-                                    a.long_pair_rule);
+    cap = dynamic_cta_cap(T, P, a.max_ctas, a.long_pair_ctas,
+                          dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max), s_tiles_max, a.long_pair_rule);
     C = dynamic_num_ctas(T, cap, a.min_tiles_per_cta);
     // The chunk rule (kMaxChunksPerCta): double C while a CTA would walk too many chunks. Every candidate count
     // C, 2C, ... up to the cap is tested at once, one thread per pair (dynamic_pair_crowds), and the plan takes
@@ -207,9 +207,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
     v.header[kHdrErrors] = s_err;
     v.header[kHdrMode] = a.mode;
     v.header[kHdrBySm] = a.mode == static_cast<int>(PlanMode::kDynamic) &&
-                         dynamic_by_sm(T, P, C, a.max_ctas, a.long_pair_ctas,
-                                       dynamic_uniform_pairs(s_tiles_or, s_tiles_min, s_tiles_max), s_tiles_max,
-                                       a.long_pair_rule);
+                         dynamic_by_sm_at(C, a.max_ctas, a.long_pair_ctas, cap);
     v.header[kHdrClaimNext] = 0;
     v.header[kHdrClaimDone] = 0;
   }

@@ -185,11 +185,17 @@ HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int 
 // than no cap on the four long-request scenarios and within 1-2% of a launched one-per-SM grid. Short batches
 // (C < SMs because there are few tiles) are not claimed by SM: the claim's extra round trips (SM counter, item
 // counter, item range) cost them 3-4.5% (uniform_512, skewed_extreme) in the same run.
+// `cap`: the plan's dynamic_cta_cap (the planner and its twin pass the one they computed: evaluating the rule
+// again cost the plan kernel's serial tail, session 39).
+HK_HD bool dynamic_by_sm_at(int num_ctas, int max_ctas, int long_pair_ctas, int cap) {
+  return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
+         cap == long_pair_ctas;
+}
 HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas,
                          bool uniform, int64_t max_pair_tiles, int rule) {
-  return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
-         dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform, max_pair_tiles, rule) ==
-             long_pair_ctas;
+  return dynamic_by_sm_at(num_ctas, max_ctas, long_pair_ctas,
+                          dynamic_cta_cap(total_tiles, num_pairs, max_ctas, long_pair_ctas, uniform, max_pair_tiles,
+                                          rule));
 }
 
 // Dynamic mode: first linear tile of CTA i; budgets floor(T/C) or ceil(T/C), so equal within one tile.
