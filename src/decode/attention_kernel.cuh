@@ -612,6 +612,9 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
 // G partials of R rows per warp with every load in flight before any use (the latency of L2, not its
 // bandwidth, is what this costs: a merge takes ceil(rows / 4R) x ceil(count / G) dependent rounds).
 // R x G = 16 loads per lane (DecodeTraits::kMergeRows, kMergeLoads), or 32 of f16 partials (kHalf: FP8 KV).
+template <int G>
+constexpr int kMergeBatches = G > 8 ? G / 8 : 1;
+
 template <int R, int G, bool kHalf>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {
@@ -635,29 +638,50 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
     for (int c0 = 0; c0 < count; c0 += G) {
       float lse[R][G];
       PartialVec<kHalf> o[R][G];
+      // G = 16 (f16 partials) runs as two batches of 8, the second only when the round has more than 8 partials
+      // (a uniform branch): a merge of 2-8 partials then costs what it did at G = 8
 #pragma unroll
-      for (int i = 0; i < G; ++i) {
-        const bool have = c0 + i < count;
-        // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
-        // one wide multiply-add per address instead of 64-bit products per (piece, row)
-        const uint32_t lbase =
-            have ? static_cast<uint32_t>(piece_slot(m.first_slot, k0 + (c0 + i) * step)) * prow : 0u;
-        const uint32_t obase = lbase * kHeadDim + d4;
+      for (int sb = 0; sb < kMergeBatches<G>; ++sb) {
+        constexpr int kB = G / kMergeBatches<G>;
+        if (sb > 0 && c0 + sb * kB >= count) {
 #pragma unroll
-        for (int j = 0; j < R; ++j) {
-          const int r = rb + j * kConsumerWarps;
-          lse[j][i] = -INFINITY;
-          if constexpr (kHalf) {
-            o[j][i] = make_uint2(0u, 0u);
-          } else {
-            o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int i = sb * kB; i < sb * kB + kB; ++i) {
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+              lse[j][i] = -INFINITY;
+              if constexpr (kHalf) {
+                o[j][i] = make_uint2(0u, 0u);
+              } else {
+                o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+              }
+            }
           }
-          if (have && r < rows) {
-            lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
+          continue;
+        }
+#pragma unroll
+        for (int i = sb * kB; i < sb * kB + kB; ++i) {
+          const bool have = c0 + i < count;
+          // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
+          // one wide multiply-add per address instead of 64-bit products per (piece, row)
+          const uint32_t lbase =
+              have ? static_cast<uint32_t>(piece_slot(m.first_slot, k0 + (c0 + i) * step)) * prow : 0u;
+          const uint32_t obase = lbase * kHeadDim + d4;
+#pragma unroll
+          for (int j = 0; j < R; ++j) {
+            const int r = rb + j * kConsumerWarps;
+            lse[j][i] = -INFINITY;
             if constexpr (kHalf) {
-              o[j][i] = load_partial4_f16(m.partial_o, obase + static_cast<uint32_t>(r) * kHeadDim);
+              o[j][i] = make_uint2(0u, 0u);
             } else {
-              o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
+              o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            if (have && r < rows) {
+              lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
+              if constexpr (kHalf) {
+                o[j][i] = load_partial4_f16(m.partial_o, obase + static_cast<uint32_t>(r) * kHeadDim);
+              } else {
+                o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
+              }
             }
           }
         }
@@ -674,6 +698,7 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
         for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
 #pragma unroll
         for (int i = 0; i < G; ++i) {
+          if (i >= G / kMergeBatches<G> && c0 + G / kMergeBatches<G> >= count) break;
           const float w = ptx::exp2_approx(lse[j][i] - m_use);
           if constexpr (kHalf) {
             const float4 v = f16x4_to_f4(o[j][i]);
@@ -723,7 +748,8 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
                              acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
         } else {
           *reinterpret_cast<float4*>(m.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
-                                     d4) = make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+                                     d4) =
+              make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
         }
         if (lane == 0) m.partial_lse[static_cast<int64_t>(dst_slot) * m.partial_rows + r] = lse2;
       }
