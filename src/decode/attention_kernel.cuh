@@ -124,7 +124,14 @@ struct DecodeTraits {
   // 2 rounds instead of 8. Rounds = ceil(rows / 4R) x ceil(count / G): at 32 or 64 rows never more than 2 x 8
   // takes; at rows between, many partials can take more (24 rows, 8 partials: 4 rounds against 3).
   static constexpr int kMergeRows = kMPad >= 32 ? 8 : 2;
-  static constexpr int kMergeLoads = 16 / kMergeRows;
+  // FP8 KV keeps its partials in f16 (kHalfPartials: half the bytes per load; at 16 rows twice the partials per
+  // round in the same registers, 2 x 16, and groups of 16 pieces (kMergeGroup), so two levels reach 256 pieces in
+  // two rounds; at 32+ rows 8 x 4 spilled in fp8_r32, so 8 x 2 stays). Its partial is a weighted mean of e4m3
+  // codes (|x| <= 448; v_scale is applied only at the final store), which f16 holds to ~2^-12 relative against the
+  // bf16 output's 2^-9.
+  static constexpr bool kHalfPartials = kFp8Kv;
+  static constexpr int kMergeLoads = (kHalfPartials && kMPad <= 16 ? 32 : 16) / kMergeRows;
+  static constexpr int kMergeGroup = kMergeLoads >= 16 ? 16 : hopperkit::decode::kMergeGroup;
   static constexpr int kMergeOBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
   static constexpr int kMergeMLBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * 2 * 4 : 0;
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
@@ -517,6 +524,44 @@ __device__ __forceinline__ int piece_slot(int first_slot, int j) {
   return j == 0 ? first_slot : (first_slot & ~1) + 2 * j;
 }
 
+// f16 partial outputs (DecodeTraits::kHalfPartials, FP8 KV): the partial buffer is sized for fp32 and indexed by
+// element either way; four (or two) consecutive dims per access. The fp32 paths keep their own code at each use,
+// so the BF16 variants compile exactly as before.
+template <bool kHalf>
+struct PartialVecT {
+  using type = float4;
+};
+template <>
+struct PartialVecT<true> {
+  using type = uint2;  // 4 x f16
+};
+template <bool kHalf>
+using PartialVec = typename PartialVecT<kHalf>::type;
+
+__device__ __forceinline__ uint2 load_partial4_f16(const float* base, uint32_t elem) {
+  return __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(base) + elem));
+}
+
+__device__ __forceinline__ float4 f16x4_to_f4(uint2 v) {
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ void store_partial4_f16(float* base, int64_t elem, float x0, float x1, float x2,
+                                                   float x3) {
+  const __half2 a = __floats2half2_rn(x0, x1);
+  const __half2 b = __floats2half2_rn(x2, x3);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&a);
+  u.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(base) + elem) = u;
+}
+
+__device__ __forceinline__ void store_partial2_f16(float* base, int64_t elem, float x0, float x1) {
+  *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(base) + elem) = __floats2half2_rn(x0, x1);
+}
+
 // What merge_slots reads, by value. merge_slots is not inlined, and a non-inlined function that reads the
 // kernel's parameters through a reference does so with generic loads: one memory round trip (re-issued per
 // piece) before the partials' loads can even be addressed. Session 13's per-CTA trace measured ~2.8 us from
@@ -566,8 +611,11 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
 // (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; each round reads
 // G partials of R rows per warp with every load in flight before any use (the latency of L2, not its
 // bandwidth, is what this costs: a merge takes ceil(rows / 4R) x ceil(count / G) dependent rounds).
-// R x G = 16 loads per lane (DecodeTraits::kMergeRows, kMergeLoads).
-template <int R, int G>
+// R x G = 16 loads per lane (DecodeTraits::kMergeRows, kMergeLoads), or 32 of f16 partials (kHalf: FP8 KV).
+template <int G>
+constexpr int kMergeBatches = G > 8 ? G / 8 : 1;
+
+template <int R, int G, bool kHalf>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {
   const int lane = threadIdx.x & 31;
@@ -589,23 +637,52 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
     }
     for (int c0 = 0; c0 < count; c0 += G) {
       float lse[R][G];
-      float4 o[R][G];
+      PartialVec<kHalf> o[R][G];
+      // G = 16 (f16 partials) runs as two batches of 8, the second only when the round has more than 8 partials
+      // (a uniform branch): a merge of 2-8 partials then costs what it did at G = 8
 #pragma unroll
-      for (int i = 0; i < G; ++i) {
-        const bool have = c0 + i < count;
-        // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
-        // one wide multiply-add per address instead of 64-bit products per (piece, row)
-        const uint32_t lbase =
-            have ? static_cast<uint32_t>(piece_slot(m.first_slot, k0 + (c0 + i) * step)) * prow : 0u;
-        const uint32_t obase = lbase * kHeadDim + d4;
+      for (int sb = 0; sb < kMergeBatches<G>; ++sb) {
+        constexpr int kB = G / kMergeBatches<G>;
+        if (sb > 0 && c0 + sb * kB >= count) {
 #pragma unroll
-        for (int j = 0; j < R; ++j) {
-          const int r = rb + j * kConsumerWarps;
-          lse[j][i] = -INFINITY;
-          o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (have && r < rows) {
-            lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
-            o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
+          for (int i = sb * kB; i < sb * kB + kB; ++i) {
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+              lse[j][i] = -INFINITY;
+              if constexpr (kHalf) {
+                o[j][i] = make_uint2(0u, 0u);
+              } else {
+                o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+              }
+            }
+          }
+          continue;
+        }
+#pragma unroll
+        for (int i = sb * kB; i < sb * kB + kB; ++i) {
+          const bool have = c0 + i < count;
+          // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
+          // one wide multiply-add per address instead of 64-bit products per (piece, row)
+          const uint32_t lbase =
+              have ? static_cast<uint32_t>(piece_slot(m.first_slot, k0 + (c0 + i) * step)) * prow : 0u;
+          const uint32_t obase = lbase * kHeadDim + d4;
+#pragma unroll
+          for (int j = 0; j < R; ++j) {
+            const int r = rb + j * kConsumerWarps;
+            lse[j][i] = -INFINITY;
+            if constexpr (kHalf) {
+              o[j][i] = make_uint2(0u, 0u);
+            } else {
+              o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            if (have && r < rows) {
+              lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
+              if constexpr (kHalf) {
+                o[j][i] = load_partial4_f16(m.partial_o, obase + static_cast<uint32_t>(r) * kHeadDim);
+              } else {
+                o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
+              }
+            }
           }
         }
       }
@@ -621,11 +698,20 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
         for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
 #pragma unroll
         for (int i = 0; i < G; ++i) {
+          if (i >= G / kMergeBatches<G> && c0 + G / kMergeBatches<G> >= count) break;
           const float w = ptx::exp2_approx(lse[j][i] - m_use);
-          acc[j][0] += w * o[j][i].x;
-          acc[j][1] += w * o[j][i].y;
-          acc[j][2] += w * o[j][i].z;
-          acc[j][3] += w * o[j][i].w;
+          if constexpr (kHalf) {
+            const float4 v = f16x4_to_f4(o[j][i]);
+            acc[j][0] += w * v.x;
+            acc[j][1] += w * v.y;
+            acc[j][2] += w * v.z;
+            acc[j][3] += w * v.w;
+          } else {
+            acc[j][0] += w * o[j][i].x;
+            acc[j][1] += w * o[j][i].y;
+            acc[j][2] += w * o[j][i].z;
+            acc[j][3] += w * o[j][i].w;
+          }
           wsum[j] += w;
         }
         mx[j] = cm;
@@ -657,8 +743,14 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
               m.stale ? nan_f() : lse2 * 0.69314718055994531f;
         }
       } else {
-        *reinterpret_cast<float4*>(m.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
-                                   d4) = make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+        if constexpr (kHalf) {
+          store_partial4_f16(m.partial_o, dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4,
+                             acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+        } else {
+          *reinterpret_cast<float4*>(m.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
+                                     d4) =
+              make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+        }
         if (lane == 0) m.partial_lse[static_cast<int64_t>(dst_slot) * m.partial_rows + r] = lse2;
       }
     }
@@ -677,12 +769,17 @@ __device__ __forceinline__ bool arrive_last(int* counter, int expected, int* fla
   return *flag != 0;
 }
 
-// Writes 4 consecutive dims of row r: final (bf16, scaled by v_scale) or partial (fp32, normalised).
+// Writes 4 consecutive dims of row r: final (bf16, scaled by v_scale) or partial (fp32 or f16, normalised).
+template <bool kHalf>
 __device__ __forceinline__ void store_row4(const DecodeKernelArgs& a, const ChunkInfo& ci, int r, int d,
                                            float o0, float o1, float o2, float o3, float inv_l, float v_scale) {
   if (ci.split) {
-    float* dst = a.plan.partial_o + (static_cast<int64_t>(ci.slot) * a.partial_rows + r) * kHeadDim + d;
-    *reinterpret_cast<float4*>(dst) = make_float4(o0 * inv_l, o1 * inv_l, o2 * inv_l, o3 * inv_l);
+    const int64_t elem = (static_cast<int64_t>(ci.slot) * a.partial_rows + r) * kHeadDim + d;
+    if constexpr (kHalf) {
+      store_partial4_f16(a.plan.partial_o, elem, o0 * inv_l, o1 * inv_l, o2 * inv_l, o3 * inv_l);
+    } else {
+      *reinterpret_cast<float4*>(a.plan.partial_o + elem) = make_float4(o0 * inv_l, o1 * inv_l, o2 * inv_l, o3 * inv_l);
+    }
   } else {
     const RowDest dst = row_dest(a, ci, r);
     if (!dst.valid) return;
@@ -696,11 +793,16 @@ __device__ __forceinline__ void store_row4(const DecodeKernelArgs& a, const Chun
   }
 }
 
+template <bool kHalf>
 __device__ __forceinline__ void store_row2(const DecodeKernelArgs& a, const ChunkInfo& ci, int r, int d,
                                            float o0, float o1, float inv_l, float v_scale) {
   if (ci.split) {
-    float* dst = a.plan.partial_o + (static_cast<int64_t>(ci.slot) * a.partial_rows + r) * kHeadDim + d;
-    *reinterpret_cast<float2*>(dst) = make_float2(o0 * inv_l, o1 * inv_l);
+    const int64_t elem = (static_cast<int64_t>(ci.slot) * a.partial_rows + r) * kHeadDim + d;
+    if constexpr (kHalf) {
+      store_partial2_f16(a.plan.partial_o, elem, o0 * inv_l, o1 * inv_l);
+    } else {
+      *reinterpret_cast<float2*>(a.plan.partial_o + elem) = make_float2(o0 * inv_l, o1 * inv_l);
+    }
   } else {
     const RowDest dst = row_dest(a, ci, r);
     if (!dst.valid) return;
@@ -1706,8 +1808,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int d = 16 * (2 * warp + half) + 4 * (lane & 3);
-            store_row4(a, ci, r, d, o[0][2 * half][2 * hh], o[0][2 * half + 1][2 * hh], o[0][2 * half][2 * hh + 1],
-                       o[0][2 * half + 1][2 * hh + 1], inv, v_scale);
+            store_row4<T::kHalfPartials>(a, ci, r, d, o[0][2 * half][2 * hh], o[0][2 * half + 1][2 * hh],
+                                         o[0][2 * half][2 * hh + 1], o[0][2 * half + 1][2 * hh + 1], inv, v_scale);
           }
           if (warp == 0 && (lane & 3) == 0) store_lse(a, ci, r, l > 0.f ? m_row[hh] + __log2f(l) : -INFINITY);
         }
@@ -1741,14 +1843,14 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
               for (int bd = 0; bd < 8; ++bd) {
                 const int d = 16 * bd + 4 * (lane & 3);
-                store_row4(a, ci, r, d, o[mt][2 * bd][hh * 2], o[mt][2 * bd + 1][hh * 2],
-                           o[mt][2 * bd][hh * 2 + 1], o[mt][2 * bd + 1][hh * 2 + 1], inv, v_scale);
+                store_row4<T::kHalfPartials>(a, ci, r, d, o[mt][2 * bd][hh * 2], o[mt][2 * bd + 1][hh * 2],
+                                             o[mt][2 * bd][hh * 2 + 1], o[mt][2 * bd + 1][hh * 2 + 1], inv, v_scale);
               }
             } else {
 #pragma unroll
               for (int n = 0; n < 16; ++n) {
-                store_row2(a, ci, r, o_dim<false>(n, 0, lane), o[mt][n][hh * 2], o[mt][n][hh * 2 + 1], inv,
-                           v_scale);
+                store_row2<T::kHalfPartials>(a, ci, r, o_dim<false>(n, 0, lane), o[mt][n][hh * 2],
+                                             o[mt][n][hh * 2 + 1], inv, v_scale);
               }
             }
             if ((lane & 3) == 0) store_lse(a, ci, r, lse2);
@@ -1801,7 +1903,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           acc[3] += w * v.w;
         }
         const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-        store_row4(a, ci, r, d, acc[0], acc[1], acc[2], acc[3], inv, v_scale);
+        store_row4<T::kHalfPartials>(a, ci, r, d, acc[0], acc[1], acc[2], acc[3], inv, v_scale);
         if (d == 0) store_lse(a, ci, r, lsum > 0.f ? m_use + __log2f(lsum) : -INFINITY);
       }
     }
@@ -1825,22 +1927,24 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     if (ci.split && !(a.debug_flags & 2)) {
       const int n = ci.num_pieces;
       const int k = ci.slot == ci.first_slot ? 0 : (ci.slot - (ci.first_slot & ~1)) / 2;
-      if (n <= kMergeGroup) {
+      if (n <= T::kMergeGroup) {
         const bool last = arrive_last(&a.plan.merge_counters[ci.pair], n, flag);
         HK_TRACE_ONLY(tr_handshake(last);)
         if (last) {
-          merge_slots<T::kMergeRows, T::kMergeLoads>(merge_args(a, ci, v_scale), 0, 1, n, true, 0);
+          merge_slots<T::kMergeRows, T::kMergeLoads, T::kHalfPartials>(
+              merge_args(a, ci, v_scale), 0, 1, n, true, 0);
           if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
         }
       } else {
-        const int g0 = (k / kMergeGroup) * kMergeGroup;
-        const int gcount = n - g0 < kMergeGroup ? n - g0 : kMergeGroup;
-        const int groups = (n + kMergeGroup - 1) / kMergeGroup;
+        const int g0 = (k / T::kMergeGroup) * T::kMergeGroup;
+        const int gcount = n - g0 < T::kMergeGroup ? n - g0 : T::kMergeGroup;
+        const int groups = (n + T::kMergeGroup - 1) / T::kMergeGroup;
         const int gslot = piece_slot(ci.first_slot, g0);
         const bool glast = arrive_last(&a.plan.slot_counters[gslot], gcount, flag);
         HK_TRACE_ONLY(tr_handshake(glast);)
         if (glast) {
-          merge_slots<T::kMergeRows, T::kMergeLoads>(merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
+          merge_slots<T::kMergeRows, T::kMergeLoads, T::kHalfPartials>(
+              merge_args(a, ci, v_scale), g0, 1, gcount, false, gslot);
           if (threadIdx.x == 0) a.plan.slot_counters[gslot] = 0;
           const bool flast = arrive_last(&a.plan.merge_counters[ci.pair], groups, flag);
           HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrMergeNext);)
@@ -1849,7 +1953,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             tr_counts += 1ull << 16;
           })
           if (flast) {
-            merge_slots<T::kMergeRows, T::kMergeLoads>(merge_args(a, ci, v_scale), 0, kMergeGroup, groups, true, 0);
+            merge_slots<T::kMergeRows, T::kMergeLoads, T::kHalfPartials>(
+                merge_args(a, ci, v_scale), 0, T::kMergeGroup, groups, true, 0);
             if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
           }
         }

@@ -91,7 +91,7 @@ struct DecodePlanLayout {
   size_t merge_counters = 0;   // int32 [max_pairs]      pieces (or groups) finished; reset by the merging CTA
   size_t slot_counters = 0;    // int32 [2 * max_ctas]   pieces finished per merge group (keyed by its first slot)
   size_t sm_claims = 0;        // int32 [kMaxSmSlots]     by SM: CTAs of this launch that started on each SM
-  size_t partial_o = 0;        // fp32 [2 * max_ctas, max_rows, 128]   normalised partial outputs
+  size_t partial_o = 0;        // fp32 [2 * max_ctas, max_rows, 128]   normalised partial outputs (FP8 KV: f16)
   size_t partial_lse = 0;      // fp32 [2 * max_ctas, max_rows]        their log2-sum-exp2
   size_t total_bytes = 0;
 };
@@ -110,7 +110,7 @@ struct DecodePlanView {
   int32_t* merge_counters;   // [max_pairs]
   int32_t* slot_counters;    // [2 * max_ctas]
   int32_t* sm_claims;        // [kMaxSmSlots]
-  float* partial_o;          // [2 * max_ctas, max_rows, 128]
+  float* partial_o;          // [2 * max_ctas, max_rows, 128] fp32 (FP8 KV: f16 in the first half)
   float* partial_lse;        // [2 * max_ctas, max_rows]
 };
 
