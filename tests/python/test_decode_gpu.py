@@ -107,6 +107,33 @@ def test_fp8_kv(name, lens, kw, q_dtype):
     check(case, out, lse, f"fp8/{name} seed={RUN_SEED}")
 
 
+# FP8 KV at 16 rows keeps its split partials in f16 and merges 16 per round (two batches of 8, the second only for
+# more than 8) in groups of 16 (DecodeTraits::kHalfPartials, kMergeGroup): uniform batches whose aligned plans give
+# every pair 9-16 pieces (one level, the second batch), 17-32 and 33+ (two levels, last groups of 1-15).
+FP8_MERGE_BATCHES = [
+    ("merge_16x8k", [8192] * 16),   # 256 CTAs of 8 tiles: 16 pieces per pair
+    ("merge_24x4k", [4096] * 24),   # 264 CTAs: 11 pieces
+    ("merge_12x4k", [4096] * 12),   # 264 CTAs: 22 pieces (groups of 16 + 6)
+    ("merge_8x8k", [8192] * 8),     # 264 CTAs: 33 pieces (16 + 16 + 1)
+    ("merge_5x8k", [8192] * 5),     # 260 CTAs: 52 pieces (3 x 16 + 4)
+]
+
+
+@pytest.mark.parametrize("q_dtype", [FP8, BF16], ids=["q_fp8", "q_bf16"])
+def test_fp8_kv_merge_piece_counts(q_dtype):
+    seen = set()
+    for name, lens in FP8_MERGE_BATCHES:
+        case = make_case(lens, kv_dtype=FP8, q_dtype=q_dtype, seed=_seed("fp8m" + name))
+        plan = make_plan(case)
+        pieces = plan.arrays()["pair_num_pieces"][:len(lens)].cpu().tolist()
+        seen.update(pieces)
+        out, lse = run(case, plan)
+        check(case, out, lse, f"fp8/{name} pieces {sorted(set(pieces))} seed={RUN_SEED}")
+        plan.check()
+    # the batches must reach every merge shape (they do on a 132-SM H200 at two CTAs per SM; other GPUs: other counts)
+    assert any(9 <= n <= 16 for n in seen) and any(17 <= n <= 32 for n in seen) and any(n > 32 for n in seen), seen
+
+
 def test_fp8_static_mode():
     case = make_case([5000, 64, 65, 1], kv_dtype=FP8, seed=5)
     out, lse = run(case, make_plan(case, mode="static"))
