@@ -527,21 +527,6 @@ __device__ __forceinline__ int piece_slot(int first_slot, int j) {
 // f16 partial outputs (DecodeTraits::kHalfPartials, FP8 KV): the partial buffer is sized for fp32 and indexed by
 // element either way; four (or two) consecutive dims per access. The fp32 paths keep their own code at each use,
 // so the BF16 variants compile exactly as before.
-template <bool kHalf>
-struct PartialVecT {
-  using type = float4;
-};
-template <>
-struct PartialVecT<true> {
-  using type = uint2;  // 4 x f16
-};
-template <bool kHalf>
-using PartialVec = typename PartialVecT<kHalf>::type;
-
-__device__ __forceinline__ uint2 load_partial4_f16(const float* base, uint32_t elem) {
-  return __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(base) + elem));
-}
-
 __device__ __forceinline__ float4 f16x4_to_f4(uint2 v) {
   const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
   const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
@@ -606,15 +591,151 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
   return m;
 }
 
-// Merges `count` partials -- pieces k0, k0 + step, ... of the chunk's pair -- by their log2-sum-exp2 weights.
-// `final`: writes the pair's output rows (bf16, v_scale, natural-log LSE); else writes the merged partial
-// (normalised fp32 + log2 LSE) into `dst_slot`. One warp per row, lane l owns dims 4l..4l+3; each round reads
-// G partials of R rows per warp with every load in flight before any use (the latency of L2, not its
-// bandwidth, is what this costs: a merge takes ceil(rows / 4R) x ceil(count / G) dependent rounds).
-// R x G = 16 loads per lane (DecodeTraits::kMergeRows, kMergeLoads), or 32 of f16 partials (kHalf: FP8 KV).
+// batches of 8 partials in a merge round of G
 template <int G>
 constexpr int kMergeBatches = G > 8 ? G / 8 : 1;
 
+// merge_slots' f16 path (FP8 KV): a half-warp per row, each lane 8 consecutive dims (16-byte loads of f16, half
+// the load instructions and exp2s of 4 dims per lane). The warp's R rows per pass are the float path's (rb + j x
+// 4 warps), its half h taking j = h, h + 2, ...; G partials per round as two batches of 8 when G = 16, the
+// second only when the round has more than 8 (a uniform branch).
+template <int R, int G>
+__device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int step, int count, bool final,
+                                                int dst_slot HK_TRACE_ONLY(, int tr_i)) {
+  constexpr int RH = R / 2;
+  static_assert(R % 2 == 0, "merge_slots_f16: two rows per warp pass at least");
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int hw = lane >> 4;
+  const int rows = m.rows;
+  const int64_t slot_stride_o = static_cast<int64_t>(m.partial_rows) * kHeadDim;
+  const uint32_t prow = static_cast<uint32_t>(m.partial_rows);
+  const int d8 = (lane & 15) * 8;
+  const __half* po = reinterpret_cast<const __half*>(m.partial_o);
+  for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
+    float mx[RH], wsum[RH], acc[RH][8];
+#pragma unroll
+    for (int j = 0; j < RH; ++j) {
+      mx[j] = -INFINITY;
+      wsum[j] = 0.f;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[j][c] = 0.f;
+    }
+    for (int c0 = 0; c0 < count; c0 += G) {
+      float lse[RH][G];
+      uint4 o[RH][G];
+      // the round's pieces p0 + i x step: piece p >= 1 sits in slot (first_slot & ~1) + 2p (piece_slot), so their
+      // slots' offsets step by a constant; only i = 0 can be piece 0 (slot first_slot)
+      const uint32_t p0 = static_cast<uint32_t>(k0 + c0 * step);
+      const uint32_t lstep = 2u * static_cast<uint32_t>(step) * prow;
+      const uint32_t lnext = (static_cast<uint32_t>(m.first_slot & ~1) + 2u * p0) * prow;  // + i x lstep: i >= 1
+      const uint32_t lfirst = p0 == 0 ? static_cast<uint32_t>(m.first_slot) * prow : lnext;
+#pragma unroll
+      for (int sb = 0; sb < kMergeBatches<G>; ++sb) {
+        constexpr int kB = G / kMergeBatches<G>;
+        if (sb > 0 && c0 + sb * kB >= count) {
+#pragma unroll
+          for (int i = sb * kB; i < sb * kB + kB; ++i) {
+#pragma unroll
+            for (int j = 0; j < RH; ++j) {
+              lse[j][i] = -INFINITY;
+              o[j][i] = make_uint4(0u, 0u, 0u, 0u);
+            }
+          }
+          continue;
+        }
+#pragma unroll
+        for (int i = sb * kB; i < sb * kB + kB; ++i) {
+          const bool have = c0 + i < count;
+          // (an offset past the round's pieces is formed but never loaded)
+          const uint32_t lbase = i == 0 ? lfirst : lnext + static_cast<uint32_t>(i) * lstep;
+          const uint32_t obase = lbase * kHeadDim + d8;
+#pragma unroll
+          for (int j = 0; j < RH; ++j) {
+            const int r = rb + (2 * j + hw) * kConsumerWarps;
+            lse[j][i] = -INFINITY;
+            o[j][i] = make_uint4(0u, 0u, 0u, 0u);
+            if (have && r < rows) {
+              lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
+              o[j][i] = __ldcg(reinterpret_cast<const uint4*>(po + (obase + static_cast<uint32_t>(r) * kHeadDim)));
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < RH; ++j) {
+        float cm = mx[j];
+#pragma unroll
+        for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[j][i]);
+        const float m_use = cm == -INFINITY ? 0.f : cm;
+        const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
+        wsum[j] *= keep;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[j][c] *= keep;
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+          if (i >= G / kMergeBatches<G> && c0 + G / kMergeBatches<G> >= count) break;
+          const float w = ptx::exp2_approx(lse[j][i] - m_use);
+          const float4 a = f16x4_to_f4(make_uint2(o[j][i].x, o[j][i].y));
+          const float4 b = f16x4_to_f4(make_uint2(o[j][i].z, o[j][i].w));
+          acc[j][0] += w * a.x;
+          acc[j][1] += w * a.y;
+          acc[j][2] += w * a.z;
+          acc[j][3] += w * a.w;
+          acc[j][4] += w * b.x;
+          acc[j][5] += w * b.y;
+          acc[j][6] += w * b.z;
+          acc[j][7] += w * b.w;
+          wsum[j] += w;
+        }
+        mx[j] = cm;
+      }
+      // (the condition reads the loaded values, so the clock is read after they returned)
+      HK_TRACE_ONLY(if (threadIdx.x == 0 && c0 == 0 && mx[0] != 1.2345f) HK_TR(m, kTrMergeLoaded + tr_i);)
+    }
+#pragma unroll
+    for (int j = 0; j < RH; ++j) {
+      const int r = rb + (2 * j + hw) * kConsumerWarps;
+      if (r >= rows) continue;
+      const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
+      const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
+      const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
+      if (final) {
+        const int token = m.q_start + r / m.group;
+        const int head = m.head0 + r % m.group;
+        const float sc = inv * m.v_scale;
+        float x[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) x[c] = m.stale ? nan_f() : acc[j][c] * sc;
+        uint4 packed;
+        packed.x = static_cast<uint32_t>(f2bf(x[0])) | (static_cast<uint32_t>(f2bf(x[1])) << 16);
+        packed.y = static_cast<uint32_t>(f2bf(x[2])) | (static_cast<uint32_t>(f2bf(x[3])) << 16);
+        packed.z = static_cast<uint32_t>(f2bf(x[4])) | (static_cast<uint32_t>(f2bf(x[5])) << 16);
+        packed.w = static_cast<uint32_t>(f2bf(x[6])) | (static_cast<uint32_t>(f2bf(x[7])) << 16);
+        const int64_t out_off = static_cast<int64_t>(token) * m.out_stride_token +
+                                static_cast<int64_t>(head) * m.out_stride_head;
+        *reinterpret_cast<uint4*>(m.out + out_off + d8) = packed;
+        if (m.lse != nullptr && (lane & 15) == 0) {
+          m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] =
+              m.stale ? nan_f() : lse2 * 0.69314718055994531f;
+        }
+      } else {
+        const int64_t elem = dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d8;
+        store_partial4_f16(m.partial_o, elem, acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+        store_partial4_f16(m.partial_o, elem + 4, acc[j][4] * inv, acc[j][5] * inv, acc[j][6] * inv,
+                           acc[j][7] * inv);
+        if ((lane & 15) == 0) m.partial_lse[static_cast<int64_t>(dst_slot) * m.partial_rows + r] = lse2;
+      }
+    }
+  }
+}
+
+// Merges `count` partials -- pieces k0, k0 + step, ... of the chunk's pair -- by their log2-sum-exp2 weights.
+// `final`: writes the pair's output rows (bf16, v_scale, natural-log LSE); else writes the merged partial
+// (normalised, fp32 or f16 (kHalf), + log2 LSE) into `dst_slot`. fp32: one warp per row, lane l owns dims
+// 4l..4l+3; f16: merge_slots_f16 above. Each round reads G partials of R rows per warp with every load in flight
+// before any use (the latency of L2, not its bandwidth, is what this costs: a merge takes ceil(rows / 4R) x
+// ceil(count / G) dependent rounds). R x G = 16 (DecodeTraits::kMergeRows, kMergeLoads; f16: 32 at 16 rows).
 template <int R, int G, bool kHalf>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {
@@ -627,39 +748,22 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
   // trace: this CTA's first merge records at +0, later ones at +1
   HK_TRACE_ONLY(const int tr_i = m.trace != nullptr && m.trace[blockIdx.x * kTraceSlots + kTrMergeIn] != 0 ? 1 : 0;
                 if (threadIdx.x == 0) HK_TR(m, kTrMergeIn + tr_i);)
-  for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
-    float mx[R], wsum[R], acc[R][4];
+  if constexpr (kHalf) {
+    merge_slots_f16<R, G>(m, k0, step, count, final, dst_slot HK_TRACE_ONLY(, tr_i));
+  } else {
+    for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
+      float mx[R], wsum[R], acc[R][4];
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      mx[j] = -INFINITY;
-      wsum[j] = 0.f;
-      acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    }
-    for (int c0 = 0; c0 < count; c0 += G) {
-      float lse[R][G];
-      PartialVec<kHalf> o[R][G];
-      // G = 16 (f16 partials) runs as two batches of 8, the second only when the round has more than 8 partials
-      // (a uniform branch): a merge of 2-8 partials then costs what it did at G = 8
+      for (int j = 0; j < R; ++j) {
+        mx[j] = -INFINITY;
+        wsum[j] = 0.f;
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+      }
+      for (int c0 = 0; c0 < count; c0 += G) {
+        float lse[R][G];
+        float4 o[R][G];
 #pragma unroll
-      for (int sb = 0; sb < kMergeBatches<G>; ++sb) {
-        constexpr int kB = G / kMergeBatches<G>;
-        if (sb > 0 && c0 + sb * kB >= count) {
-#pragma unroll
-          for (int i = sb * kB; i < sb * kB + kB; ++i) {
-#pragma unroll
-            for (int j = 0; j < R; ++j) {
-              lse[j][i] = -INFINITY;
-              if constexpr (kHalf) {
-                o[j][i] = make_uint2(0u, 0u);
-              } else {
-                o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-              }
-            }
-          }
-          continue;
-        }
-#pragma unroll
-        for (int i = sb * kB; i < sb * kB + kB; ++i) {
+        for (int i = 0; i < G; ++i) {
           const bool have = c0 + i < count;
           // 32-bit element offsets (the partial buffers hold < 2^32 floats: 2 x max_ctas slots of <= 128 rows):
           // one wide multiply-add per address instead of 64-bit products per (piece, row)
@@ -670,88 +774,66 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
           for (int j = 0; j < R; ++j) {
             const int r = rb + j * kConsumerWarps;
             lse[j][i] = -INFINITY;
-            if constexpr (kHalf) {
-              o[j][i] = make_uint2(0u, 0u);
-            } else {
-              o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+            o[j][i] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (have && r < rows) {
               lse[j][i] = ptx::ld_cg_f(m.partial_lse + (lbase + r));
-              if constexpr (kHalf) {
-                o[j][i] = load_partial4_f16(m.partial_o, obase + static_cast<uint32_t>(r) * kHeadDim);
-              } else {
-                o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
-              }
+              o[j][i] = ptx::ld_cg_f4(m.partial_o + (obase + static_cast<uint32_t>(r) * kHeadDim));
             }
           }
         }
-      }
 #pragma unroll
-      for (int j = 0; j < R; ++j) {
-        float cm = mx[j];
+        for (int j = 0; j < R; ++j) {
+          float cm = mx[j];
 #pragma unroll
-        for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[j][i]);
-        const float m_use = cm == -INFINITY ? 0.f : cm;
-        const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
-        wsum[j] *= keep;
+          for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[j][i]);
+          const float m_use = cm == -INFINITY ? 0.f : cm;
+          const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
+          wsum[j] *= keep;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
+          for (int c = 0; c < 4; ++c) acc[j][c] *= keep;
 #pragma unroll
-        for (int i = 0; i < G; ++i) {
-          if (i >= G / kMergeBatches<G> && c0 + G / kMergeBatches<G> >= count) break;
-          const float w = ptx::exp2_approx(lse[j][i] - m_use);
-          if constexpr (kHalf) {
-            const float4 v = f16x4_to_f4(o[j][i]);
-            acc[j][0] += w * v.x;
-            acc[j][1] += w * v.y;
-            acc[j][2] += w * v.z;
-            acc[j][3] += w * v.w;
-          } else {
+          for (int i = 0; i < G; ++i) {
+            const float w = ptx::exp2_approx(lse[j][i] - m_use);
             acc[j][0] += w * o[j][i].x;
             acc[j][1] += w * o[j][i].y;
             acc[j][2] += w * o[j][i].z;
             acc[j][3] += w * o[j][i].w;
+            wsum[j] += w;
           }
-          wsum[j] += w;
+          mx[j] = cm;
         }
-        mx[j] = cm;
+        // (the condition reads the loaded values, so the clock is read after they returned)
+        HK_TRACE_ONLY(if (threadIdx.x == 0 && c0 == 0 && mx[0] != 1.2345f) HK_TR(m, kTrMergeLoaded + tr_i);)
       }
-      // (the condition reads the loaded values, so the clock is read after they returned)
-      HK_TRACE_ONLY(if (threadIdx.x == 0 && c0 == 0 && mx[0] != 1.2345f) HK_TR(m, kTrMergeLoaded + tr_i);)
-    }
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      const int r = rb + j * kConsumerWarps;
-      if (r >= rows) continue;
-      const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
-      const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
-      const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
-      if (final) {
-        const int token = m.q_start + r / m.group;
-        const int head = m.head0 + r % m.group;
-        const float sc = inv * m.v_scale;
-        float o0 = acc[j][0] * sc, o1 = acc[j][1] * sc, o2 = acc[j][2] * sc, o3 = acc[j][3] * sc;
-        if (m.stale) o0 = o1 = o2 = o3 = nan_f();
-        uint2 packed;
-        packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
-        packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
-        const int64_t out_off = static_cast<int64_t>(token) * m.out_stride_token +
-                                static_cast<int64_t>(head) * m.out_stride_head;
-        *reinterpret_cast<uint2*>(m.out + out_off + d4) = packed;
-        if (m.lse != nullptr && lane == 0) {
-          m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] =
-              m.stale ? nan_f() : lse2 * 0.69314718055994531f;
-        }
-      } else {
-        if constexpr (kHalf) {
-          store_partial4_f16(m.partial_o, dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d4,
-                             acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+      for (int j = 0; j < R; ++j) {
+        const int r = rb + j * kConsumerWarps;
+        if (r >= rows) continue;
+        const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
+        const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
+        const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
+        if (final) {
+          const int token = m.q_start + r / m.group;
+          const int head = m.head0 + r % m.group;
+          const float sc = inv * m.v_scale;
+          float o0 = acc[j][0] * sc, o1 = acc[j][1] * sc, o2 = acc[j][2] * sc, o3 = acc[j][3] * sc;
+          if (m.stale) o0 = o1 = o2 = o3 = nan_f();
+          uint2 packed;
+          packed.x = static_cast<uint32_t>(f2bf(o0)) | (static_cast<uint32_t>(f2bf(o1)) << 16);
+          packed.y = static_cast<uint32_t>(f2bf(o2)) | (static_cast<uint32_t>(f2bf(o3)) << 16);
+          const int64_t out_off = static_cast<int64_t>(token) * m.out_stride_token +
+                                  static_cast<int64_t>(head) * m.out_stride_head;
+          *reinterpret_cast<uint2*>(m.out + out_off + d4) = packed;
+          if (m.lse != nullptr && lane == 0) {
+            m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] =
+                m.stale ? nan_f() : lse2 * 0.69314718055994531f;
+          }
         } else {
           *reinterpret_cast<float4*>(m.partial_o + dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim +
                                      d4) =
               make_float4(acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
+          if (lane == 0) m.partial_lse[static_cast<int64_t>(dst_slot) * m.partial_rows + r] = lse2;
         }
-        if (lane == 0) m.partial_lse[static_cast<int64_t>(dst_slot) * m.partial_rows + r] = lse2;
       }
     }
   }
