@@ -124,11 +124,11 @@ struct DecodeTraits {
   // 2 rounds instead of 8. Rounds = ceil(rows / 4R) x ceil(count / G): at 32 or 64 rows never more than 2 x 8
   // takes; at rows between, many partials can take more (24 rows, 8 partials: 4 rounds against 3).
   static constexpr int kMergeRows = kMPad >= 32 ? 8 : 2;
-  // FP8 KV keeps its partials in f16 (kHalfPartials: half the bytes per load; at 16 rows twice the partials per
-  // round in the same registers, 2 x 16, and groups of 16 pieces (kMergeGroup), so two levels reach 256 pieces in
-  // two rounds; at 32+ rows 8 x 4 spilled in fp8_r32, so 8 x 2 stays). Its partial is a weighted mean of e4m3
-  // codes (|x| <= 448; v_scale is applied only at the final store), which f16 holds to ~2^-12 relative against the
-  // bf16 output's 2^-9.
+  // FP8 KV keeps its partials in f16 (kHalfPartials: half the bytes, so at 16 rows twice the partials per round in
+  // the same registers, 2 x 16, and groups of 16 pieces (kMergeGroup): two levels reach 256 pieces in two rounds;
+  // at 32+ rows 8 x 2 stays: 8 x 4 spilled 108 bytes in fp8_r32 when the f16 merge still had 4 dims per lane).
+  // Its partial is a weighted mean of e4m3 codes (|x| <= 448; v_scale is applied only at the final store), which
+  // f16 holds to ~2^-12 relative against the bf16 output's 2^-9. merge_slots_f16 loads them on half-warps.
   static constexpr bool kHalfPartials = kFp8Kv;
   static constexpr int kMergeLoads = (kHalfPartials && kMPad <= 16 ? 32 : 16) / kMergeRows;
   static constexpr int kMergeGroup = kMergeLoads >= 16 ? 16 : hopperkit::decode::kMergeGroup;
@@ -734,8 +734,9 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
 // `final`: writes the pair's output rows (bf16, v_scale, natural-log LSE); else writes the merged partial
 // (normalised, fp32 or f16 (kHalf), + log2 LSE) into `dst_slot`. fp32: one warp per row, lane l owns dims
 // 4l..4l+3; f16: merge_slots_f16 above. Each round reads G partials of R rows per warp with every load in flight
-// before any use (the latency of L2, not its bandwidth, is what this costs: a merge takes ceil(rows / 4R) x
-// ceil(count / G) dependent rounds). R x G = 16 (DecodeTraits::kMergeRows, kMergeLoads; f16: 32 at 16 rows).
+// before any use (the latency of L2 and the loads' own issue are what this costs: a merge takes ceil(rows / 4R) x
+// ceil(count / G) dependent rounds). R x G = 16 float4 per lane (DecodeTraits::kMergeRows, kMergeLoads); f16: R / 2
+// x G 16-byte vectors per lane (2 x 16 at 16 rows: 16 vectors; 8 x 2 at 32+ rows: 8).
 template <int R, int G, bool kHalf>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {

@@ -110,7 +110,7 @@ struct DecodePlanView {
   int32_t* merge_counters;   // [max_pairs]
   int32_t* slot_counters;    // [2 * max_ctas]
   int32_t* sm_claims;        // [kMaxSmSlots]
-  float* partial_o;          // [2 * max_ctas, max_rows, 128] fp32 (FP8 KV: f16 in the first half)
+  float* partial_o;          // [2 * max_ctas, max_rows, 128] fp32; FP8 KV: f16, indexed alike (the first half)
   float* partial_lse;        // [2 * max_ctas, max_rows]
 };
 
