@@ -740,18 +740,18 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
 template <int R, int G, bool kHalf>
 static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int step, int count, bool final,
                                                 int dst_slot) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int rows = m.rows;
-  const int64_t slot_stride_o = static_cast<int64_t>(m.partial_rows) * kHeadDim;
-  const uint32_t prow = static_cast<uint32_t>(m.partial_rows);
-  const int d4 = lane * 4;
   // trace: this CTA's first merge records at +0, later ones at +1
   HK_TRACE_ONLY(const int tr_i = m.trace != nullptr && m.trace[blockIdx.x * kTraceSlots + kTrMergeIn] != 0 ? 1 : 0;
                 if (threadIdx.x == 0) HK_TR(m, kTrMergeIn + tr_i);)
   if constexpr (kHalf) {
     merge_slots_f16<R, G>(m, k0, step, count, final, dst_slot HK_TRACE_ONLY(, tr_i));
   } else {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int rows = m.rows;
+    const int64_t slot_stride_o = static_cast<int64_t>(m.partial_rows) * kHeadDim;
+    const uint32_t prow = static_cast<uint32_t>(m.partial_rows);
+    const int d4 = lane * 4;
     for (int rb = warp; rb < rows; rb += R * kConsumerWarps) {
       float mx[R], wsum[R], acc[R][4];
 #pragma unroll

@@ -128,8 +128,9 @@ constexpr int kLongPairRuleUniform = 0;  // session 37: not for uniform batches 
 constexpr int kLongPairRuleRounds = 1;   // session 39: where it saves merge rounds (above)
 constexpr int kLongPairDominantDiv = 3;
 
-// Dependent rounds of partial loads that merging `pieces` pieces of a pair takes with 16 query rows or fewer:
-// one per level-1 group (kMergeGroup pieces), then the groups, kMergeGroup at a time (merge_slots<2, 8>).
+// Dependent rounds of partial loads that merging `pieces` pieces of a pair takes in the BF16 16-row variants (the
+// long-pair cap's only users): one per level-1 group (kMergeGroup pieces), then the groups, kMergeGroup at a time
+// (merge_slots<2, 8, false>; FP8 KV merges 16 per round in groups of 16, DecodeTraits::kMergeGroup).
 HK_HD int merge_rounds(int64_t pieces) {
   if (pieces <= kMergeGroup) return 1;
   const int64_t groups = (pieces + kMergeGroup - 1) / kMergeGroup;
@@ -191,6 +192,7 @@ HK_HD bool dynamic_by_sm_at(int num_ctas, int max_ctas, int long_pair_ctas, int 
   return long_pair_ctas > 0 && long_pair_ctas < max_ctas && num_ctas > 0 && num_ctas <= long_pair_ctas &&
          cap == long_pair_ctas;
 }
+// The same from a batch's figures (the CPU tests' form; the planner and its twin pass the cap they computed).
 HK_HD bool dynamic_by_sm(int64_t total_tiles, int num_pairs, int num_ctas, int max_ctas, int long_pair_ctas,
                          bool uniform, int64_t max_pair_tiles, int rule) {
   return dynamic_by_sm_at(num_ctas, max_ctas, long_pair_ctas,
