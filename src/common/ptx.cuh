@@ -135,6 +135,11 @@ __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on a named barrier without waiting (the threads that wait on it use named_bar_sync with the same count).
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // bar.sync with an OR over the participating threads' predicates (every thread gets the result).
 __device__ __forceinline__ bool named_bar_sync_or(int id, int threads, bool pred) {
   uint32_t r;

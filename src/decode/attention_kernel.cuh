@@ -57,6 +57,11 @@ constexpr int kQRowBytes = 272;  // 256 bytes of a bf16 row + 16 bytes of paddin
 constexpr int kSmemPerBlockMax = 227 * 1024;        // largest dynamic smem of one CTA
 constexpr int kSmemTwoPerSm = (228 * 1024) / 2 - 1024;  // two CTAs per SM (1 KB reserved per CTA)
 constexpr int kConsumerBarrier = 1;  // named barrier id used by the 128 consumer threads
+// The two-warpgroup variant (DecodeTraits::kWg2): warpgroup 1's own barrier, and the chunk-end hand-off of its
+// accumulators to warpgroup 0 (ready: written; done: read)
+constexpr int kWg1Barrier = 2;
+constexpr int kCombineReadyBarrier = 3;
+constexpr int kCombineDoneBarrier = 4;
 
 // Metadata of one chunk, written by the producer next to the chunk's query rows.
 struct ChunkInfo {
@@ -112,8 +117,26 @@ struct DecodeTraits {
   static constexpr bool kWgRows = kMT == 1 && kTW == 1;
   static constexpr bool kCvt = kWgRows && kFp8Kv;
   static constexpr bool kCvtK = kCvt && !kQFp8;
+  // Two consumer warpgroups (fp8q_r64): one warpgroup alone runs each tile's chain (S -> softmax -> P -> P V, the V
+  // conversion, a barrier) with one warp per scheduler, so every dependent step waits its full latency; with two,
+  // warpgroup w takes the chunk's tiles tile_lo + w, + 2, ... (each its own three f16 V pairs and barrier), and at
+  // the chunk's end warpgroup 1 hands its O, running max and row sums to warpgroup 0 through shared memory, which
+  // combines them (same rows and dims per thread) and runs the epilogue, the split handshake and any merge alone.
+  static constexpr bool kWg2 = kWgRows && kQFp8;
+  static constexpr int kConsumerWGs = kWg2 ? 2 : 1;
+  static constexpr int kConsumerThreads = kConsumerWGs * kConsumerWarps * 32;
+  // + the producer warp; with two consumer warpgroups a producer warpgroup (one working warp), so that setmaxnreg
+  // can move registers: 384 threads at one CTA per SM get 168 each, the producer warpgroup gives up to
+  // kProducerRegs and the consumers take kConsumerRegs (288 threads would be capped at 168 too: 9 warps hold
+  // registers as 12)
+  static constexpr int kBlockThreads = kWg2 ? kConsumerThreads + 128 : kConsumerThreads + 32;
+  static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+  static_assert(!kWg2 || kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kBlockThreads,
+                "setmaxnreg: the warpgroups' registers fit what the launch allocated");
   static constexpr int kCvtPairBytes = (kCvtK ? 2 : 1) * kTileTokens * kHeadDim * 2;  // [K] V, f16
-  static constexpr int kCvtBytes = kCvt ? 3 * kCvtPairBytes : 0;
+  static constexpr int kCvtBytes = kCvt ? 3 * kConsumerWGs * kCvtPairBytes : 0;
+  // warpgroup 1's chunk-end hand-off (64 O values, 2 maxima, 2 row sums per thread) reuses its own pairs
+  static_assert(!kWg2 || 68 * 128 * 4 <= 3 * kCvtPairBytes, "hand-off buffer");
   static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
   // the fp8-query variant's P exchange: two [16 rows][64 tokens] f16 buffers (128-byte swizzled rows), two
   // [16 rows][4 warps] float buffers of the max each warp's P was computed against, one [16 rows][4 warps] of row sums
@@ -1014,7 +1037,11 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
   constexpr int MT = T::MT;
   constexpr int NT = T::NT;
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+  // (T::kWg2: the warp within its warpgroup, which warpgroup, the thread within it; else the consumer warp / thread)
+  const int warp = T::kWg2 ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;
+  const int wg = T::kWg2 ? static_cast<int>(threadIdx.x >> 7) : 0;
+  const int ctid = T::kWg2 ? static_cast<int>(threadIdx.x & 127) : static_cast<int>(threadIdx.x);
+  const int wg_bar = wg == 1 ? kWg1Barrier : kConsumerBarrier;  // the warpgroup's own barrier
   const int rg = warp / T::TW;
   const int tg = warp % T::TW;
   const int rbase = rg * T::kRowsPerWarp;  // first row of this warp
@@ -1026,7 +1053,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
   int* flag = reinterpret_cast<int*>(smem + L::kFlagOff);
 
   // ---- pairs with no cached tokens: zeros (and LSE -inf)
-  {
+  if (wg == 0) {
     const int num_empty = a.plan.header[kHdrNumEmpty];
     for (int e = blockIdx.x * kConsumerWarps + warp; e < num_empty; e += gridDim.x * kConsumerWarps) {
       const int p = a.plan.empty_pairs[e];
@@ -1470,12 +1497,12 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           uint4 w[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const int i = (j0 + j) * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);  // kv, token, chunk
+            const int i = (j0 + j) * (kConsumerWarps * 32) + ctid;  // kv, token, chunk
             w[j] = *reinterpret_cast<const uint4*>(src + (i >> 9) * T::kKvTileBytes + swz((i >> 3) & 63, i & 7));
           }
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const int i = (j0 + j) * (kConsumerWarps * 32) + static_cast<int>(threadIdx.x);
+            const int i = (j0 + j) * (kConsumerWarps * 32) + ctid;
             const int token = (i >> 3) & 63, ch = i & 7;
             uint32_t h[8];
             const uint32_t ws[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
@@ -1497,7 +1524,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       };
       // S reads K from the stage (BF16, or FP8 with an fp8 query) or from the tile's f16 pair (FP8, a bf16 query);
       // P V reads V from the stage (BF16) or from the pair (FP8)
-      auto pair_base = [&](int pair) -> uint8_t* { return smem + L::kCvtOff + pair * T::kCvtPairBytes; };
+      auto pair_base = [&](int pair) -> uint8_t* { return smem + L::kCvtOff + (3 * wg + pair) * T::kCvtPairBytes; };
       auto k_base = [&](int stg, int pair) -> const uint8_t* {
         return T::kCvtK ? pair_base(pair) : smem + L::kStagesOff + stg * T::kStageBytes;
       };
@@ -1542,14 +1569,26 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           phase ^= 1;
         }
       };
+      // this warpgroup's tiles: tile_lo + wg, tile_lo + wg + tstep, ... (T::kWg2: every other tile)
+      constexpr int tstep = T::kWg2 ? 2 : 1;
+      auto advance_own = [&]() {
+        advance();
+        if constexpr (T::kWg2) advance();
+      };
+      const int stage0 = stage;
+      const uint32_t phase0 = phase;
+      if constexpr (T::kWg2) {
+        if (wg == 1) advance();
+      }
+      const int t_first = ci.tile_lo + wg;
       if (a.debug_flags & 1) {  // experiment: data pipeline only
-        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+        for (int tt = t_first; tt < ci.tile_hi; tt += tstep) {
           ptx::mbar_wait(&bars.full[stage], phase);
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
-          advance();
+          advance_own();
         }
-      } else {
+      } else if (!T::kWg2 || t_first < ci.tile_hi) {  // (T::kWg2: warpgroup 1 has no tile in a 1-tile chunk)
         float sn[NT][4];          // the S product in flight
         uint32_t pa[T::KSPV][4];  // P of the tile whose P V is in flight
 #pragma unroll
@@ -1561,9 +1600,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                       if (threadIdx.x == 0 && chunk_count < kTrChunks) HK_TR(a, kTrChunkKv + chunk_count);)
         int cur_stage = stage, cur_pair = cvt_pair;
         if constexpr (T::kCvt) {
-          convert(smem + L::kStagesOff + stage * T::kStageBytes, pair_base(cur_pair), ci.tile_lo * kTileTokens);
+          convert(smem + L::kStagesOff + stage * T::kStageBytes, pair_base(cur_pair), t_first * kTileTokens);
           ptx::fence_proxy_async_shared();
-          ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+          ptx::named_bar_sync(wg_bar, kConsumerWarps * 32);
           if constexpr (T::kCvtK) {  // (an fp8 query's S reads K from the stage: released once S has completed)
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
@@ -1580,10 +1619,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
         fence_acc(pa);
         issue_s(sn, k_base(cur_stage, cur_pair));
-        advance();
-        for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
+        advance_own();
+        for (int tt = t_first; tt < ci.tile_hi; tt += tstep) {
           const int pos = tt * kTileTokens;
-          const bool has_next = tt + 1 < ci.tile_hi;
+          const bool has_next = tt + tstep < ci.tile_hi;
           const int next_stage = stage, next_pair = cvt_pair;
           // the next tile landed (FP8: converted into its pair). No branch around a wait loop or the conversion
           // while products are in flight (ptxas then serialised every wgmma, C7518): on a chunk's last tile the wait
@@ -1591,12 +1630,13 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           // reads (it was last read three tiles ago) and which the next chunk rewrites before use.
           ptx::mbar_wait(has_next ? &bars.full[next_stage] : bars.done, has_next ? phase : 0u);
           if constexpr (T::kCvt) {
-            convert(smem + L::kStagesOff + next_stage * T::kStageBytes, pair_base(next_pair), pos + kTileTokens);
+            convert(smem + L::kStagesOff + next_stage * T::kStageBytes, pair_base(next_pair),
+                    pos + tstep * kTileTokens);
           }
           wait_products();  // S(t), and P V(t - 1) for this warp's rows
           if constexpr (T::kCvt) {
             ptx::fence_proxy_async_shared();
-            ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+            ptx::named_bar_sync(wg_bar, kConsumerWarps * 32);
             __syncwarp();
             // the stage done with: the next tile's once converted, or (an fp8 query) this tile's once S(t) has
             // completed and its V was converted, unless the last tile's discarded product re-reads it
@@ -1660,7 +1700,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           if (has_next) {
             cur_stage = next_stage;
             cur_pair = next_pair;
-            advance();
+            advance_own();
           }
         }
         wait_products();
@@ -1668,6 +1708,11 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[cur_stage]);
         }
+      }
+      if constexpr (T::kWg2) {  // both warpgroups go on from the stage after the chunk's last tile
+        const int s = stage0 + (ci.tile_hi - ci.tile_lo);
+        stage = s % T::kStages;
+        phase = phase0 ^ static_cast<uint32_t>((s / T::kStages) & 1);
       }
     }
 
@@ -1899,6 +1944,45 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       }
     }
 
+    if constexpr (T::kWg2) {
+      // warpgroup 1's O, running max and per-lane row sums to warpgroup 0: thread i of either holds the same rows
+      // and dims (the mma layout), so the buffer is [68 values][128 threads] (conflict-free) in warpgroup 1's own
+      // f16 pairs, free now that its products completed; it rewrites them only after warpgroup 0 has read them
+      float* hb = reinterpret_cast<float*>(smem + L::kCvtOff + 3 * T::kCvtPairBytes);
+      if (wg == 1) {
+#pragma unroll
+        for (int n = 0; n < 16; ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) hb[(n * 4 + c) * 128 + ctid] = o[0][n][c];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          hb[(64 + hh) * 128 + ctid] = m_run[0][hh];
+          hb[(66 + hh) * 128 + ctid] = l_run[0][hh];
+        }
+        ptx::named_bar_arrive(kCombineReadyBarrier, 2 * kConsumerWarps * 32);
+        ptx::named_bar_sync(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
+        ++chunk_count;
+        continue;  // warpgroup 0 stores the rows and runs the split handshake
+      }
+      ptx::named_bar_sync(kCombineReadyBarrier, 2 * kConsumerWarps * 32);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float m1 = hb[(64 + hh) * 128 + ctid];
+        const float l1 = hb[(66 + hh) * 128 + ctid];
+        const float mx = fmaxf(m_run[0][hh], m1);
+        const float m_use = mx == -INFINITY ? 0.f : mx;
+        const float f0 = ptx::exp2_approx(m_run[0][hh] - m_use);
+        const float f1 = ptx::exp2_approx(m1 - m_use);
+        m_run[0][hh] = mx;
+        l_run[0][hh] = l_run[0][hh] * f0 + l1 * f1;
+#pragma unroll
+        for (int n = 0; n < 16; ++n)
+#pragma unroll
+          for (int c = 2 * hh; c < 2 * hh + 2; ++c) o[0][n][c] = o[0][n][c] * f0 + hb[(n * 4 + c) * 128 + ctid] * f1;
+      }
+      ptx::named_bar_arrive(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
+    }
+
     if constexpr (!use_wg) {  // (the fp8-query variant stored its rows above)
     // ---- row sums over the quad
 #pragma unroll
@@ -2056,7 +2140,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
 // ------------------------------------------------------------------------------------------------------------
 template <class T>
-__global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
+__global__ void __launch_bounds__(T::kBlockThreads, T::kMinBlocksPerSm)
     decode_attention_kernel(const __grid_constant__ CUtensorMap tmap_k, const __grid_constant__ CUtensorMap tmap_v,
                             const __grid_constant__ DecodeKernelArgs args) {
   extern __shared__ uint8_t smem_raw[];
@@ -2081,7 +2165,7 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
     }
     for (int s = 0; s < 2; ++s) {
       ptx::mbar_init(&bars.qfull[s], 33);
-      ptx::mbar_init(&bars.qempty[s], kConsumerWarps);
+      ptx::mbar_init(&bars.qempty[s], kConsumerWarps * T::kConsumerWGs);
     }
     if constexpr (T::kWgRows) {
       ptx::mbar_init(bars.done, 1);
@@ -2106,9 +2190,14 @@ __global__ void __launch_bounds__(kThreads, T::kMinBlocksPerSm)
   // workspace; the launch's last CTA resets them (the next launch reads them after its grid_dependency_wait,
   // i.e. after this grid completed; the planner resets them too).
   // The producer warp makes the claims and the reset (producer_warp); the consumers only follow its chunks.
-  if (threadIdx.x >= kConsumerWarps * 32) {
+  if (threadIdx.x >= T::kConsumerThreads) {
+    if constexpr (T::kWg2) {  // the producer warpgroup: one warp works, the other three have nothing to do
+      ptx::setmaxnreg_dec<T::kProducerRegs>();
+      if (threadIdx.x >= T::kConsumerThreads + 32) return;
+    }
     producer_warp<T>(&tmap_k, &tmap_v, args, smem, bars, infos);
   } else {
+    if constexpr (T::kWg2) ptx::setmaxnreg_inc<T::kConsumerRegs>();
     consumer_warps<T>(args, smem, bars, infos);
   }
 }

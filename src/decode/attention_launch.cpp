@@ -226,7 +226,7 @@ int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
   for (const VariantInfo* x : {&v, &vq}) {
     e = cudaFuncSetAttribute(x->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, x->smem_bytes);
     int b = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, x->kernel, (4 + 1) * 32, x->smem_bytes);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, x->kernel, x->threads, x->smem_bytes);
     if (e != cudaSuccess) break;
     blocks = x == &v ? b : std::min(blocks, b);
   }

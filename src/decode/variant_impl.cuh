@@ -19,7 +19,7 @@
     set_max_dynamic_smem_once(kernel, Traits_##name::kSmemBytes, smem_set);                                 \
     cudaLaunchConfig_t cfg = {};                                                                            \
     cfg.gridDim = dim3(grid);                                                                               \
-    cfg.blockDim = dim3(kThreads);                                                                          \
+    cfg.blockDim = dim3(Traits_##name::kBlockThreads);                                                      \
     cfg.dynamicSmemBytes = Traits_##name::kSmemBytes;                                                       \
     cfg.stream = stream;                                                                                    \
     cudaLaunchAttribute attr[1];                                                                            \
@@ -33,6 +33,7 @@
   }                                                                                                         \
   const VariantInfo& variant_##name() {                                                                     \
     static const VariantInfo info{#name, Traits_##name::kSmemBytes, Traits_##name::kStages,                 \
+                                  Traits_##name::kBlockThreads,                                             \
                                   reinterpret_cast<const void*>(&decode_attention_kernel<Traits_##name>),   \
                                   &launch_##name};                                                          \
     return info;                                                                                            \

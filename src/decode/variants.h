@@ -31,6 +31,7 @@ struct VariantInfo {
   const char* name;
   int smem_bytes;
   int stages;
+  int threads;  // per CTA
   const void* kernel;  // for occupancy queries
   void (*launch)(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,
                  cudaStream_t stream);
