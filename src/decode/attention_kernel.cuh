@@ -97,7 +97,11 @@ struct DecodeTraits {
   static constexpr int kElt = kFp8Kv ? 1 : 2;
   static constexpr int kKvTileBytes = kTileTokens * kHeadDim * kElt;  // one K (or V) tile
   static constexpr int kStageBytes = 2 * kKvTileBytes;
-  static constexpr int kQSlotBytes = kMPad * kQRowBytes;
+  // Q slot rows: bf16 rows with padding (kQRowBytes); the two-warpgroup fp8-query variant (kWg2, below: 64 rows)
+  // keeps its e4m3 rows in 144 bytes (128 + 16 of padding: its 4-byte fragment reads stay conflict-free), which
+  // leaves room for a sixth ring stage
+  static constexpr int kQRowStride = (kMT == 1 && kTW == 1 && kQFp8) ? 144 : kQRowBytes;
+  static constexpr int kQSlotBytes = kMPad * kQRowStride;
   // The fp8-query variant (FP8 KV, 16 rows, launched only for an fp8 query): S^T = K Q^T runs on wgmma
   // (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a 128-byte-swizzled
   // buffer once), pipelined one tile ahead. Its warps split the tile's tokens for S^T and the head dims for P V
@@ -370,7 +374,7 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
         const int c = idx - r * q_chunks_per_row;
         const int token = qs + r / G;
         const int head = h * G + (r % G);
-        ptx::cp_async_16(qdst + r * kQRowBytes + c * 16,
+        ptx::cp_async_16(qdst + r * T::kQRowStride + c * 16,
                          a.q + token * a.q_stride_token_bytes + head * a.q_stride_head_bytes + c * 16);
       }
       if (a.q_is_fp8) {
@@ -1172,10 +1176,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const int d = kk * 32 + 4 * (lane & 3);
-          qf[kk][0] = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + d) : 0u;
-          qf[kk][1] = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + d) : 0u;
-          qf[kk][2] = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * kQRowBytes + d + 16) : 0u;
-          qf[kk][3] = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * kQRowBytes + d + 16) : 0u;
+          qf[kk][0] = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * T::kQRowStride + d) : 0u;
+          qf[kk][1] = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * T::kQRowStride + d) : 0u;
+          qf[kk][2] = rlo < rows ? *reinterpret_cast<const uint32_t*>(qslot + rlo * T::kQRowStride + d + 16) : 0u;
+          qf[kk][3] = rhi < rows ? *reinterpret_cast<const uint32_t*>(qslot + rhi * T::kQRowStride + d + 16) : 0u;
         }
       } else {
 #pragma unroll
