@@ -1951,7 +1951,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     if constexpr (T::kWg2) {
       // warpgroup 1's O, running max and per-lane row sums to warpgroup 0: thread i of either holds the same rows
       // and dims (the mma layout), so the buffer is [68 values][128 threads] (conflict-free) in warpgroup 1's own
-      // f16 pairs, free now that its products completed; it rewrites them only after warpgroup 0 has read them
+      // f16 pairs, free now that its products completed; it rewrites them only after warpgroup 0 has read them.
+      // Ready: warpgroup 1 arrives once written, warpgroup 0 waits before reading. Done: both wait, warpgroup 0
+      // once it has read (warpgroup 1 is already there, so it costs warpgroup 0 nothing; with an arrive there
+      // compute-sanitizer 2025.3's racecheck reported warpgroup 0's reads against warpgroup 1's next writes)
       float* hb = reinterpret_cast<float*>(smem + L::kCvtOff + 3 * T::kCvtPairBytes);
       if (wg == 1) {
 #pragma unroll
@@ -1984,7 +1987,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
           for (int c = 2 * hh; c < 2 * hh + 2; ++c) o[0][n][c] = o[0][n][c] * f0 + hb[(n * 4 + c) * 128 + ctid] * f1;
       }
-      ptx::named_bar_arrive(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
+      ptx::named_bar_sync(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
     }
 
     if constexpr (!use_wg) {  // (the fp8-query variant stored its rows above)
