@@ -1573,7 +1573,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           phase ^= 1;
         }
       };
-      // this warpgroup's tiles: tile_lo + wg, tile_lo + wg + tstep, ... (T::kWg2: every other tile)
+      // this warpgroup's tiles: tile_lo + wg, tile_lo + wg + tstep, ... (T::kWg2: every other tile). The one-
+      // warpgroup variants call advance() itself: calling it through advance_own changed their SASS (bf16_r64's
+      // instruction order, fp8_r64 237 -> 241 registers)
       constexpr int tstep = T::kWg2 ? 2 : 1;
       auto advance_own = [&]() {
         advance();
@@ -1590,7 +1592,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           ptx::mbar_wait(&bars.full[stage], phase);
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
-          advance_own();
+          if constexpr (T::kWg2) advance_own(); else advance();
         }
       } else if (!T::kWg2 || t_first < ci.tile_hi) {  // (T::kWg2: warpgroup 1 has no tile in a 1-tile chunk)
         float sn[NT][4];          // the S product in flight
@@ -1623,7 +1625,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
         fence_acc(pa);
         issue_s(sn, k_base(cur_stage, cur_pair));
-        advance_own();
+        if constexpr (T::kWg2) advance_own(); else advance();
         for (int tt = t_first; tt < ci.tile_hi; tt += tstep) {
           const int pos = tt * kTileTokens;
           const bool has_next = tt + tstep < ci.tile_hi;
@@ -1704,7 +1706,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           if (has_next) {
             cur_stage = next_stage;
             cur_pair = next_pair;
-            advance_own();
+            if constexpr (T::kWg2) advance_own(); else advance();
           }
         }
         wait_products();
