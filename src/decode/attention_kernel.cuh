@@ -52,7 +52,6 @@ namespace hopperkit {
 namespace decode {
 
 constexpr int kConsumerWarps = 4;
-constexpr int kThreads = (kConsumerWarps + 1) * 32;
 constexpr int kQRowBytes = 272;  // 256 bytes of a bf16 row + 16 bytes of padding (conflict-free ldmatrix)
 constexpr int kSmemPerBlockMax = 227 * 1024;        // largest dynamic smem of one CTA
 constexpr int kSmemTwoPerSm = (228 * 1024) / 2 - 1024;  // two CTAs per SM (1 KB reserved per CTA)
@@ -97,11 +96,6 @@ struct DecodeTraits {
   static constexpr int kElt = kFp8Kv ? 1 : 2;
   static constexpr int kKvTileBytes = kTileTokens * kHeadDim * kElt;  // one K (or V) tile
   static constexpr int kStageBytes = 2 * kKvTileBytes;
-  // Q slot rows: bf16 rows with padding (kQRowBytes); the two-warpgroup fp8-query variant (kWg2, below: 64 rows)
-  // keeps its e4m3 rows in 144 bytes (128 + 16 of padding: its 4-byte fragment reads stay conflict-free), which
-  // leaves room for a sixth ring stage
-  static constexpr int kQRowStride = (kMT == 1 && kTW == 1 && kQFp8) ? 144 : kQRowBytes;
-  static constexpr int kQSlotBytes = kMPad * kQRowStride;
   // The fp8-query variant (FP8 KV, 16 rows, launched only for an fp8 query): S^T = K Q^T runs on wgmma
   // (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a 128-byte-swizzled
   // buffer once), pipelined one tile ahead. Its warps split the tile's tokens for S^T and the head dims for P V
@@ -137,6 +131,10 @@ struct DecodeTraits {
   static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
   static_assert(!kWg2 || kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kBlockThreads,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
+  // Q slot rows: bf16 rows with padding (kQRowBytes); kWg2 keeps its e4m3 rows in 144 bytes (128 + 16 of padding:
+  // its 4-byte fragment reads stay conflict-free), which leaves room for a sixth ring stage
+  static constexpr int kQRowStride = kWg2 ? 144 : kQRowBytes;
+  static constexpr int kQSlotBytes = kMPad * kQRowStride;
   static constexpr int kCvtPairBytes = (kCvtK ? 2 : 1) * kTileTokens * kHeadDim * 2;  // [K] V, f16
   static constexpr int kCvtBytes = kCvt ? 3 * kConsumerWGs * kCvtPairBytes : 0;
   // warpgroup 1's chunk-end hand-off (64 O values, 2 maxima, 2 row sums per thread) reuses its own pairs
