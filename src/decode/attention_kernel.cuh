@@ -131,9 +131,10 @@ struct DecodeTraits {
   static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
   static_assert(!kWg2 || kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 168 * kBlockThreads,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
-  // Q slot rows: bf16 rows with padding (kQRowBytes); kWg2 keeps its e4m3 rows in 144 bytes (128 + 16 of padding:
-  // its 4-byte fragment reads stay conflict-free), which leaves room for a sixth ring stage
-  static constexpr int kQRowStride = kWg2 ? 144 : kQRowBytes;
+  // Q slot rows: bf16 rows with padding (kQRowBytes); kWg2 keeps its e4m3 rows unpadded in 128 bytes, which leaves
+  // room for a seventh ring stage (its 4-byte fragment reads, once per chunk, then meet 8-way bank conflicts:
+  // ~16 reads per thread and chunk; 144-byte rows, conflict-free, fit six stages)
+  static constexpr int kQRowStride = kWg2 ? 128 : kQRowBytes;
   static constexpr int kQSlotBytes = kMPad * kQRowStride;
   static constexpr int kCvtPairBytes = (kCvtK ? 2 : 1) * kTileTokens * kHeadDim * 2;  // [K] V, f16
   static constexpr int kCvtBytes = kCvt ? 3 * kConsumerWGs * kCvtPairBytes : 0;
