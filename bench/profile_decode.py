@@ -18,7 +18,7 @@ import torch
 import hopperkit
 
 
-def build(lens, dtype, hq=8, hkv=1, page=64, seed=0):
+def build(lens, dtype, hq=8, hkv=1, page=64, seed=0, qlen=1):
     g = torch.Generator(device="cuda").manual_seed(seed)
     pages = [(L + page - 1) // page for L in lens]
     nb = sum(pages) + 1
@@ -30,7 +30,7 @@ def build(lens, dtype, hq=8, hkv=1, page=64, seed=0):
     for b, n in enumerate(pages):
         bt[b, :n] = perm[at:at + n]
         at += n
-    q = torch.randn(len(lens), hq, 128, device="cuda", generator=g, dtype=torch.bfloat16)
+    q = torch.randn(len(lens) * qlen, hq, 128, device="cuda", generator=g, dtype=torch.bfloat16)
     seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
     return q, k, v, bt, seq
 
@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp8")
     ap.add_argument("--time", action="store_true", help="time a graph of 10 calls (KV re-read: use > L2 sizes)")
     ap.add_argument("--heads", default="8,1", help="HQ,HKV: query and KV heads (vLLM's shapes: 64,8)")
+    ap.add_argument("--qlen", type=int, default=1, help="query tokens per request (speculative decoding)")
     ap.add_argument("--flashinfer", action="store_true", help="profile FlashInfer's decode wrapper instead")
     args = ap.parse_args()
     lens = [int(n) for part in args.lens.split("+") for c, n in [part.split("x")] for _ in range(int(c))]
@@ -50,12 +51,12 @@ def main():
             profile_flashinfer(lens, name, hq, hkv)
             continue
         dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[name]
-        q, k, v, bt, seq = build(lens, dtype, hq=hq, hkv=hkv)
+        q, k, v, bt, seq = build(lens, dtype, hq=hq, hkv=hkv, qlen=args.qlen)
         qs = None
         if name == "fp8":
             q, qs = hopperkit.quantize_query_fp8(q)
         one = torch.ones(1, device="cuda")
-        plan = hopperkit.DecodePlan(len(lens), q.shape[1], k.shape[2], kv_dtype=dtype)
+        plan = hopperkit.DecodePlan(len(lens), q.shape[1], k.shape[2], kv_dtype=dtype, max_q_len=args.qlen)
         plan.update(seq, block_size=k.shape[1], max_blocks_per_seq=bt.shape[1])
         kw = dict(q_scale=qs, k_scale=one if name == "fp8" else None, v_scale=one if name == "fp8" else None)
         for _ in range(3):
