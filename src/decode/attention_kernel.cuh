@@ -96,13 +96,14 @@ struct DecodeTraits {
   static constexpr int kElt = kFp8Kv ? 1 : 2;
   static constexpr int kKvTileBytes = kTileTokens * kHeadDim * kElt;  // one K (or V) tile
   static constexpr int kStageBytes = 2 * kKvTileBytes;
-  // The fp8-query variant (FP8 KV, 16 rows, launched only for an fp8 query): S^T = K Q^T runs on wgmma
-  // (m64n16k32 e4m3, both operands in shared memory; the chunk's 16 query rows are copied into a 128-byte-swizzled
-  // buffer once), pipelined one tile ahead. Its warps split the tile's tokens for S^T and the head dims for P V
-  // (P exchanged through shared memory each tile), so it has no token-group merge at a chunk's end.
-  static constexpr bool kWgQk = kFp8Kv && kQFp8 && kMT == 1 && kTW == 4;
-  static_assert(!kQFp8 || (kFp8Kv && kMT == 1 && (kTW == 4 || kTW == 1)),
-                "the fp8-query variants are the FP8-KV 16- and 64-row ones");
+  // The transposed fp8-query variants (FP8 KV, 16 or 32 rows, launched only for an fp8 query: fp8q_r16 with one
+  // m-tile, fp8q_r32 with two): S^T = K Q^T runs on wgmma (m64nNk32 e4m3, N = the rows, both operands in shared
+  // memory; the chunk's query rows are copied into a 128-byte-swizzled buffer once), pipelined one tile ahead.
+  // Their warps split the tile's tokens for S^T and the head dims for P V (P exchanged through shared memory each
+  // tile), so they have no token-group merge at a chunk's end.
+  static constexpr bool kWgQk = kFp8Kv && kQFp8 && (kMT == 1 || kMT == 2) && kTW == 4;
+  static_assert(!kQFp8 || (kFp8Kv && ((kMT == 1 && (kTW == 4 || kTW == 1)) || (kMT == 2 && kTW == 4))),
+                "the fp8-query variants are the FP8-KV 16-, 32- and 64-row ones");
   // Rows on wgmma (64 rows: one m-tile per warp over whole tiles): S = Q K^T as m64n64k16 with each warp's query
   // fragments as A (registers) and the K tile as B, then O += P V as m64n128k16 with P from registers and the V
   // tile N-major. The accumulators land in the mma.sync layout of the other variants (warp w: rows 16 w .. 16 w +
@@ -140,11 +141,11 @@ struct DecodeTraits {
   static constexpr int kCvtBytes = kCvt ? 3 * kConsumerWGs * kCvtPairBytes : 0;
   // warpgroup 1's chunk-end hand-off (64 O values, 2 maxima, 2 row sums per thread) reuses its own pairs
   static_assert(!kWg2 || 68 * 128 * 4 <= 3 * kCvtPairBytes, "hand-off buffer");
-  static constexpr int kQwBytes = kWgQk ? 16 * 128 : 0;
-  // the fp8-query variant's P exchange: two [16 rows][64 tokens] f16 buffers (128-byte swizzled rows), two
-  // [16 rows][4 warps] float buffers of the max each warp's P was computed against, one [16 rows][4 warps] of row sums
-  static constexpr int kPBufBytes = 16 * kTileTokens * 2;
-  static constexpr int kPxBytes = kWgQk ? 2 * kPBufBytes + 3 * 16 * kConsumerWarps * 4 : 0;
+  static constexpr int kQwBytes = kWgQk ? kMPad * 128 : 0;
+  // the transposed fp8-query variants' P exchange: two [rows][64 tokens] f16 buffers (128-byte swizzled rows), two
+  // [rows][4 warps] float buffers of the max each warp's P was computed against, one [rows][4 warps] of row sums
+  static constexpr int kPBufBytes = kMPad * kTileTokens * 2;
+  static constexpr int kPxBytes = kWgQk ? 2 * kPBufBytes + 3 * kMPad * kConsumerWarps * 4 : 0;
   // merge_slots' shape: R rows per warp x G partials per round (R x G = 16 loads per lane in flight). 16 rows or
   // fewer: 2 x 8 (8 rows: one round per 8 partials); more rows: 8 x 2, so a 64-row pair split in two merges in
   // 2 rounds instead of 8. Rounds = ceil(rows / 4R) x ceil(count / G): at 32 or 64 rows never more than 2 x 8
@@ -177,7 +178,7 @@ struct DecodeTraits {
   static constexpr int kStages = kStagesFit > kStageCap ? kStageCap : kStagesFit;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
   static_assert(kStages >= 2, "not enough shared memory for two pipeline stages");
-  static_assert(kTW == 1 || kMT == 1, "token groups only with one m-tile per warp");
+  static_assert(kTW == 1 || kMT == 1 || kWgQk, "token groups only with one m-tile per warp");
 };
 
 // Shared-memory carve-up (offsets from a 1024-byte aligned base).
@@ -185,7 +186,7 @@ template <class T>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kQwOff = kStagesOff + T::kStages * T::kStageBytes;  // 1 KB aligned (stages are 16 KB)
-  static constexpr int kCvtOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0 or 2 KB)
+  static constexpr int kCvtOff = kQwOff + T::kQwBytes;  // 1 KB aligned too (kQwBytes is 0, 2 or 4 KB)
   static constexpr int kPxOff = kCvtOff + T::kCvtBytes;  // (kCvtBytes is 0, 48 or 96 KB)
   static constexpr int kQOff = kPxOff + T::kPxBytes;
   static constexpr int kQScaleOff = kQOff + 2 * T::kQSlotBytes;
@@ -1137,13 +1138,16 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // (g = lane / 4) of the tile for query rows (columns) 8 j + 2 t4 + c (t4 = lane % 4, j, c in {0, 1}): the
     // scale and causal end per column, the running max per column (shared by the 4 warps) and this lane's part of
     // the column's sum until the chunk's end.
+    // With two m-tiles (fp8q_r32) the same for columns 16-31, and O's rows g + 16, g + 24.
     constexpr bool use_wg = T::kWgQk;  // the launcher picks this variant only for an fp8 query
-    float rs_c[2][2], m_c[2][2], l_c[2][2], m_row[2];
-    int re_c[2][2];
+    constexpr int JB = 2 * MT;         // its n8 column blocks (N = 16 or 32 query rows)
+    float rs_c[JB][2], m_c[JB][2], l_c[JB][2], m_row[MT][2];
+    int re_c[JB][2];
     if constexpr (T::kWgQk) {
-      m_row[0] = m_row[1] = -INFINITY;  // the same running max for O's rows g, g + 8
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int mt = 0; mt < MT; ++mt) m_row[mt][0] = m_row[mt][1] = -INFINITY;  // O's rows g, g + 8 (+ 16 mt)
+#pragma unroll
+      for (int j = 0; j < JB; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int r = 8 * j + 2 * (lane & 3) + c;
@@ -1157,16 +1161,19 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 
     // Query fragments: kept in registers for one m-tile, re-read from shared memory per tile otherwise.
     uint32_t qf[MT == 1 ? 8 : 1][4];
-    if constexpr (MT == 1) {
+    if constexpr (MT == 1 || use_wg) {
       if constexpr (use_wg) {
-        // the 16 query rows into the wgmma operand buffer (128-byte rows, 128-byte swizzle; rows past `rows`
-        // zero): one 16-byte chunk per consumer thread. Every warp waited for the previous chunk's wgmmas
+        // the 16 (32) query rows into the wgmma operand buffer (128-byte rows, 128-byte swizzle; rows past `rows`
+        // zero): one (two) 16-byte chunk(s) per consumer thread. Every warp waited for the previous chunk's wgmmas
         // (wgmma_wait<0> after its tile loop) before the chunk-end row-sum barrier, so the buffer is free (that
         // barrier is what orders this write after those reads: keep one there).
-        const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (r < rows) v = *reinterpret_cast<const uint4*>(qslot + r * kQRowBytes + c * 16);
-        *reinterpret_cast<uint4*>(smem + L::kQwOff + swz(r, c)) = v;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int r = (threadIdx.x >> 3) + 16 * mt, c = threadIdx.x & 7;
+          uint4 v = make_uint4(0u, 0u, 0u, 0u);
+          if (r < rows) v = *reinterpret_cast<const uint4*>(qslot + r * kQRowBytes + c * 16);
+          *reinterpret_cast<uint4*>(smem + L::kQwOff + swz(r, c)) = v;
+        }
         ptx::fence_proxy_async_shared();  // generic-proxy writes, read by wgmma (async proxy)
         ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
       } else if constexpr (T::kWgRows && T::kQFp8) {
@@ -1243,17 +1250,17 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       // wait for its product, online softmax per column (query row), then issue the next tile's product
       // (after its full-barrier wait), then O += P V and the stage's release.
       const uint64_t db0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kQwOff));
-      auto issue = [&](float (&d)[2][4], int stg) {
+      auto issue = [&](float (&d)[JB][4], int stg) {
         const uint64_t da0 = ptx::gmma_desc_sw128(ptx::smem_addr(smem + L::kStagesOff + stg * T::kStageBytes));
         ptx::wgmma_fence();
-        ptx::wgmma_m64k32_e4m3_first<16, 0>(d, da0, db0);
+        ptx::wgmma_m64k32_e4m3_first<8 * JB, 0>(d, da0, db0);
 #pragma unroll
         for (int kk = 1; kk < kHeadDim / 32; ++kk) {
-          ptx::wgmma_m64k32_e4m3<16, 0>(d, ptx::gmma_desc_add(da0, kk * 32), ptx::gmma_desc_add(db0, kk * 32));
+          ptx::wgmma_m64k32_e4m3<8 * JB, 0>(d, ptx::gmma_desc_add(da0, kk * 32), ptx::gmma_desc_add(db0, kk * 32));
         }
         ptx::wgmma_commit();
       };
-      const bool two = rows > 8;  // columns 8-15 hold query rows (else padding: skipped)
+      // column block j > 0 holds query rows only if rows > 8 j (else padding: skipped)
       // P V with the warps splitting the head dims: warp w computes O's 32 dims 32 w .. 32 w + 31 over all 64
       // tokens of a tile, so each warp's P (its 16 tokens of S^T) goes through shared memory, [16 rows][64
       // tokens] f16 in 128-byte swizzled rows, double-buffered (a buffer is rewritten two tiles later, after a
@@ -1262,12 +1269,12 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       // writes that reference; the barrier after the writes ORs "some warp raised it", and only then does each
       // thread read the references, take the new M and scale each warp's P fragment (and O, and its row sums)
       // to it. In the common case (the max settled) nothing is read or scaled.
-      float* pref = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes);  // [2][16 rows][4 warps]
+      float* pref = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes);  // [2][rows][4 warps]
       const int g = lane >> 2, t4 = lane & 3;
       // Every wgmma instruction sits outside data-dependent branches: with the issue inside an `if`, ptxas
       // serialises every wgmma (C7518). So the last tile of a chunk also issues a product (of its own K tile,
       // discarded) and its stage is released after the loop's final wait.
-      float sn[2][4];  // the product in flight (the next tile's)
+      float sn[JB][4];  // the product in flight (the next tile's)
       if (a.debug_flags & 1) {  // experiment: data pipeline only (as in the generic loop below)
         for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
           ptx::mbar_wait(&bars.full[stage], phase);
@@ -1287,9 +1294,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         for (int tt = ci.tile_lo; tt < ci.tile_hi; ++tt) {
           const int pos = tt * kTileTokens;
           ptx::wgmma_wait<0>();
-          float cur[2][4];
+          float cur[JB][4];
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
+          for (int j = 0; j < JB; ++j)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               ptx::wgmma_fence_operand(sn[j][i]);
@@ -1297,15 +1304,15 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             }
           const bool need_mask = pos + kTileTokens > min_row_end;
           const int kv0 = pos + tok0 + g;  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
-          float ref[2][2], psum[2][2];
+          float ref[JB][2], psum[JB][2];
           bool raised = false;
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
+          for (int j = 0; j < JB; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               ref[j][c] = m_c[j][c];
               psum[j][c] = 0.f;
-              if (j == 1 && !two) {
+              if (j > 0 && rows <= 8 * j) {
                 cur[j][c] = cur[j][2 + c] = 0.f;
                 continue;
               }
@@ -1326,18 +1333,22 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               cur[j][2 + c] = ptx::exp2_approx(v1 - r_use);
               psum[j][c] = cur[j][c] + cur[j][2 + c];
             }
-          // this warp's P, transposed to [row][token]: fragment matrices (tokens 0-7 | 8-15) x (rows 0-7 | 8-15)
+          // this warp's P, transposed to [row][token]: fragment matrices (tokens 0-7 | 8-15) x (rows 0-7 | 8-15),
+          // per m-tile (rows + 16 mt)
           uint8_t* pb = smem + L::kPxOff + (pbuf & 1) * T::kPBufBytes;
-          float* rb = pref + (pbuf & 1) * 64;
-          {
+          float* rb = pref + (pbuf & 1) * (T::kMPad * kConsumerWarps);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
             const int m = lane >> 3;
-            ptx::stmatrix_x4_trans(ptx::smem_addr(pb) + swz((m >> 1) * 8 + (lane & 7), 2 * warp + (m & 1)),
-                                   ptx::pack_f16x2(cur[0][0], cur[0][1]), ptx::pack_f16x2(cur[0][2], cur[0][3]),
-                                   ptx::pack_f16x2(cur[1][0], cur[1][1]), ptx::pack_f16x2(cur[1][2], cur[1][3]));
+            ptx::stmatrix_x4_trans(
+                ptx::smem_addr(pb) + swz(16 * mt + (m >> 1) * 8 + (lane & 7), 2 * warp + (m & 1)),
+                ptx::pack_f16x2(cur[2 * mt][0], cur[2 * mt][1]), ptx::pack_f16x2(cur[2 * mt][2], cur[2 * mt][3]),
+                ptx::pack_f16x2(cur[2 * mt + 1][0], cur[2 * mt + 1][1]),
+                ptx::pack_f16x2(cur[2 * mt + 1][2], cur[2 * mt + 1][3]));
           }
           if (lane < 4) {
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < JB; ++j)
 #pragma unroll
               for (int c = 0; c < 2; ++c) rb[(8 * j + 2 * t4 + c) * kConsumerWarps + warp] = ref[j][c];
           }
@@ -1349,29 +1360,31 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           issue(sn, has_next ? nstage : stage);
           raised = ptx::named_bar_sync_or(kConsumerBarrier, kConsumerWarps * 32, raised);
           ++pbuf;
-          uint32_t fac[4][2];  // f16x2 factor per source warp (k16 step) for O's rows g, g + 8
+          uint32_t fac[4][MT][2];  // f16x2 factor per source warp (k16 step) for O's rows g, g + 8 (+ 16 mt)
           if (raised) {
 #pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-              const float4 r4 = *reinterpret_cast<const float4*>(rb + (8 * hh + g) * kConsumerWarps);
+              const float4 r4 = *reinterpret_cast<const float4*>(rb + (16 * mt + 8 * hh + g) * kConsumerWarps);
               const float mn = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
               const float mu = mn == -INFINITY ? 0.f : mn;
-              const float al = ptx::exp2_approx(m_row[hh] - mu);
-              m_row[hh] = mn;
+              const float al = ptx::exp2_approx(m_row[mt][hh] - mu);
+              m_row[mt][hh] = mn;
               const float f0 = ptx::exp2_approx(r4.x - mu), f1 = ptx::exp2_approx(r4.y - mu);
               const float f2 = ptx::exp2_approx(r4.z - mu), f3 = ptx::exp2_approx(r4.w - mu);
-              fac[0][hh] = ptx::pack_f16x2(f0, f0);
-              fac[1][hh] = ptx::pack_f16x2(f1, f1);
-              fac[2][hh] = ptx::pack_f16x2(f2, f2);
-              fac[3][hh] = ptx::pack_f16x2(f3, f3);
+              fac[0][mt][hh] = ptx::pack_f16x2(f0, f0);
+              fac[1][mt][hh] = ptx::pack_f16x2(f1, f1);
+              fac[2][mt][hh] = ptx::pack_f16x2(f2, f2);
+              fac[3][mt][hh] = ptx::pack_f16x2(f3, f3);
 #pragma unroll
               for (int n = 0; n < 4; ++n) {
-                o[0][n][2 * hh] *= al;
-                o[0][n][2 * hh + 1] *= al;
+                o[mt][n][2 * hh] *= al;
+                o[mt][n][2 * hh + 1] *= al;
               }
             }
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < JB; ++j)
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 const float4 r4 = *reinterpret_cast<const float4*>(rb + (8 * j + 2 * t4 + c) * kConsumerWarps);
@@ -1383,23 +1396,43 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               }
           } else {
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < JB; ++j)
 #pragma unroll
               for (int c = 0; c < 2; ++c) l_c[j][c] += psum[j][c];
           }
-          // O (rows x this warp's 32 dims) += P V, one k16 step per source warp's 16 tokens
+          // O (rows x this warp's 32 dims) += P V, one k16 step per source warp's 16 tokens (V's conversion shared
+          // by the m-tiles)
           const uint8_t* vs_base = smem + L::kStagesOff + stage * T::kStageBytes + T::kKvTileBytes;
           const bool mask_v = pos + kTileTokens > len;
 #pragma unroll
           for (int kb = 0; kb < kConsumerWarps; ++kb) {
+            // P's fragments (scaled if the max moved), m-tile by m-tile; fp8q_r16 without the loop (a one-trip loop
+            // here reorders its whole kernel)
+            // P's fragments, scaled where the max moved (fp8q_r16 without the m-tile loop: a one-trip loop here
+            // reorders its whole kernel)
             uint32_t pa[MT][4];
-            ptx::ldmatrix_x4(ptx::smem_addr(pb) + swz(((lane >> 3) & 1) * 8 + (lane & 7), 2 * kb + (lane >> 4)),
-                             pa[0][0], pa[0][1], pa[0][2], pa[0][3]);
-            if (raised) {
-              pa[0][0] = ptx::hmul2(pa[0][0], fac[kb][0]);
-              pa[0][2] = ptx::hmul2(pa[0][2], fac[kb][0]);
-              pa[0][1] = ptx::hmul2(pa[0][1], fac[kb][1]);
-              pa[0][3] = ptx::hmul2(pa[0][3], fac[kb][1]);
+            if constexpr (MT == 1) {
+              ptx::ldmatrix_x4(ptx::smem_addr(pb) + swz(((lane >> 3) & 1) * 8 + (lane & 7), 2 * kb + (lane >> 4)),
+                               pa[0][0], pa[0][1], pa[0][2], pa[0][3]);
+              if (raised) {
+                pa[0][0] = ptx::hmul2(pa[0][0], fac[kb][0][0]);
+                pa[0][2] = ptx::hmul2(pa[0][2], fac[kb][0][0]);
+                pa[0][1] = ptx::hmul2(pa[0][1], fac[kb][0][1]);
+                pa[0][3] = ptx::hmul2(pa[0][3], fac[kb][0][1]);
+              }
+            } else {
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                ptx::ldmatrix_x4(
+                    ptx::smem_addr(pb) + swz(16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7), 2 * kb + (lane >> 4)),
+                    pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3]);
+                if (raised) {
+                  pa[mt][0] = ptx::hmul2(pa[mt][0], fac[kb][mt][0]);
+                  pa[mt][2] = ptx::hmul2(pa[mt][2], fac[kb][mt][0]);
+                  pa[mt][1] = ptx::hmul2(pa[mt][1], fac[kb][mt][1]);
+                  pa[mt][3] = ptx::hmul2(pa[mt][3], fac[kb][mt][1]);
+                }
+              }
             }
             const int token = 16 * kb + (mat & 1) * 8 + mrow;
             uint32_t w0, w1, w2, w3;
@@ -1413,10 +1446,20 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             for (int half = 0; half < 2; ++half) {
               const uint32_t pl = __byte_perm(half ? w2 : w0, 0u, 0x3120);  // tokens lo
               const uint32_t ph = __byte_perm(half ? w3 : w1, 0u, 0x3120);  // tokens hi
-              ptx::mma_f16(o[0][2 * half], pa[0], ptx::e4m3x2_to_f16x2(pl & 0xffffu),
-                           ptx::e4m3x2_to_f16x2(ph & 0xffffu));
-              ptx::mma_f16(o[0][2 * half + 1], pa[0], ptx::e4m3x2_to_f16x2(pl >> 16),
-                           ptx::e4m3x2_to_f16x2(ph >> 16));
+              if constexpr (MT == 1) {
+                ptx::mma_f16(o[0][2 * half], pa[0], ptx::e4m3x2_to_f16x2(pl & 0xffffu),
+                             ptx::e4m3x2_to_f16x2(ph & 0xffffu));
+                ptx::mma_f16(o[0][2 * half + 1], pa[0], ptx::e4m3x2_to_f16x2(pl >> 16),
+                             ptx::e4m3x2_to_f16x2(ph >> 16));
+              } else {
+                const uint32_t be0 = ptx::e4m3x2_to_f16x2(pl & 0xffffu), be1 = ptx::e4m3x2_to_f16x2(ph & 0xffffu);
+                const uint32_t bo0 = ptx::e4m3x2_to_f16x2(pl >> 16), bo1 = ptx::e4m3x2_to_f16x2(ph >> 16);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                  ptx::mma_f16(o[mt][2 * half], pa[mt], be0, be1);
+                  ptx::mma_f16(o[mt][2 * half + 1], pa[mt], bo0, bo1);
+                }
+              }
             }
           }
           if (has_next) {
@@ -1910,7 +1953,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         phase ^= 1;
       }
     }
-    if constexpr (MT != 1) {
+    if constexpr (MT != 1 && !use_wg) {
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&bars.qempty[slot]);
     }
@@ -1919,9 +1962,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                   if (lane == 0 && chunk_count == 1) HK_TR(a, kTrWarpTiles + warp);)
 
     if constexpr (use_wg) {  // row sums over the 8 g-lanes, then over the 4 warps through shared memory
-      float* lx = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes) + 2 * 16 * kConsumerWarps;
+      float* lx = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes) + 2 * T::kMPad * kConsumerWarps;
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < JB; ++j)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float l = l_c[j][c];
@@ -1932,8 +1975,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         }
       ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
 #pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = hh * 8 + (lane >> 2);
+        const int r = 16 * mt + hh * 8 + (lane >> 2);
         const float4 l4 = *reinterpret_cast<const float4*>(lx + r * kConsumerWarps);
         const float l = (l4.x + l4.y) + (l4.z + l4.w);
         const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -1941,10 +1986,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int d = 16 * (2 * warp + half) + 4 * (lane & 3);
-            store_row4<T::kHalfPartials>(a, ci, r, d, o[0][2 * half][2 * hh], o[0][2 * half + 1][2 * hh],
-                                         o[0][2 * half][2 * hh + 1], o[0][2 * half + 1][2 * hh + 1], inv, v_scale);
+            store_row4<T::kHalfPartials>(a, ci, r, d, o[mt][2 * half][2 * hh], o[mt][2 * half + 1][2 * hh],
+                                         o[mt][2 * half][2 * hh + 1], o[mt][2 * half + 1][2 * hh + 1], inv, v_scale);
           }
-          if (warp == 0 && (lane & 3) == 0) store_lse(a, ci, r, l > 0.f ? m_row[hh] + __log2f(l) : -INFINITY);
+          if (warp == 0 && (lane & 3) == 0) store_lse(a, ci, r, l > 0.f ? m_row[mt][hh] + __log2f(l) : -INFINITY);
         }
       }
     }

@@ -40,7 +40,7 @@ namespace decode {
 
 namespace {
 
-// q_fp8: the query is fp8 (FP8 KV at 16 and 64 rows then has variants of its own: fp8q_r16, fp8q_r64)
+// q_fp8: the query is fp8 (FP8 KV at 16, 32 and 64 rows then has variants of its own: fp8q_r16, fp8q_r32, fp8q_r64)
 const VariantInfo& select_variant(DType kv_dtype, int rows, bool q_fp8 = false) {
   const int bucket = rows_bucket(rows);
   if (kv_dtype == DType::kBF16) {
@@ -54,7 +54,7 @@ const VariantInfo& select_variant(DType kv_dtype, int rows, bool q_fp8 = false) 
   } else if (kv_dtype == DType::kFP8E4M3) {
     switch (bucket) {
       case 16: return q_fp8 ? variant_fp8q_r16() : variant_fp8_r16();
-      case 32: return variant_fp8_r32();
+      case 32: return q_fp8 ? variant_fp8q_r32() : variant_fp8_r32();
       case 64: return q_fp8 ? variant_fp8q_r64() : variant_fp8_r64();
       case 128: return variant_fp8_r128();
       default: break;
@@ -214,7 +214,7 @@ void validate_decode_attention(const DecodeAttentionParams& p) {
 
 int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
   // The plan does not know the query's dtype: its CTAs must be resident under either variant that may run
-  // (FP8 KV at 16 / 64 rows: fp8_r16 / fp8_r64 for a bf16 query, fp8q_r16 / fp8q_r64 for an fp8 one), so the
+  // (FP8 KV at 16 / 32 / 64 rows: fp8_r* for a bf16 query, fp8q_r* for an fp8 one), so the
   // smaller occupancy counts.
   const VariantInfo& v = select_variant(kv_dtype, rows, false);
   const VariantInfo& vq = select_variant(kv_dtype, rows, true);

@@ -19,6 +19,7 @@
   X(bf16_r128, false, false, 128, 2, 1) \
   X(fp8_r16, true, false, 16, 1, 4)     \
   X(fp8q_r16, true, true, 16, 1, 4)     \
+  X(fp8q_r32, true, true, 32, 2, 4)     \
   X(fp8_r32, true, false, 32, 1, 2)     \
   X(fp8_r64, true, false, 64, 1, 1)     \
   X(fp8q_r64, true, true, 64, 1, 1)     \

@@ -50,6 +50,9 @@ SWEEP = [
     ("qlen4_group16", _lens("mixed", 7, 98), {"q_lens": 4, "num_q_heads": 32, "num_kv_heads": 2}),
     # 12 query rows: the 16-row variants with rows 9-15 partly filled and two causal ends per KV head
     ("qlen2_group6", _lens("mixed", 7, 97), {"q_lens": 2, "num_q_heads": 6, "num_kv_heads": 1}),
+    # 20 query rows: the 32-row variants with rows 17-31 partly filled (fp8q_r32's third n8 block of query columns
+    # partly padding, its fourth all padding)
+    ("qlen5_group4", _lens("mixed", 7, 95), {"q_lens": 5, "num_q_heads": 8, "num_kv_heads": 2}),
     # ragged q_len through query_start_loc, with padding tokens after the last request
     ("ragged_qlen", [200, 64, 5, 1000, 3], {"q_lens": [1, 4, 2, 8, 3], "extra_tokens": 3}),
     ("qlen_gt_len", [2, 1, 40], {"q_lens": [4, 3, 8]}),
@@ -92,7 +95,7 @@ def test_bf16(name, lens, kw, mode):
 
 FP8_SWEEP = [c for c in SWEEP if c[0] in (
     "len1", "len63", "len65", "len129", "longest_262144", "one_long_many_short", "bs16_edges", "bs128_edges",
-    "group1", "group16", "qlen2", "qlen2_group6", "qlen4", "qlen5", "qlen8", "qlen8_group16", "qlen4_group16",
+    "group1", "group16", "qlen2", "qlen2_group6", "qlen3", "qlen4", "qlen5", "qlen5_group4", "qlen8", "qlen8_group16", "qlen4_group16",
     "qlen_gt_len", "qlen8_bs16_hnd", "qlen8_many_short", "qlen4_one_long", "qlen8_one_long", "ragged_qlen", "zero_len",
     "batch1024_short", "hnd",
     "packed_kv", "aligned_64x4k", "aligned_64k_15x4k", "kv8_mixed_zero", "kv4_uniform_16x1k", "kv8_qlen4")]
