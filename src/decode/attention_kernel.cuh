@@ -61,6 +61,9 @@ constexpr int kConsumerBarrier = 1;  // named barrier id used by the 128 consume
 constexpr int kWg1Barrier = 2;
 constexpr int kCombineReadyBarrier = 3;
 constexpr int kCombineDoneBarrier = 4;
+// The transposed fp8-query variants (fp8q_r16, fp8q_r32): how far (log2) a warp's scores may exceed a column's
+// running max before its P reference moves (P up to 2^8 in f16; the exact maxima are taken only past it)
+constexpr float kRefSlack = 8.f;
 
 // Metadata of one chunk, written by the producer next to the chunk's query rows.
 struct ChunkInfo {
@@ -1265,10 +1268,10 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       // tokens of a tile, so each warp's P (its 16 tokens of S^T) goes through shared memory, [16 rows][64
       // tokens] f16 in 128-byte swizzled rows, double-buffered (a buffer is rewritten two tiles later, after a
       // barrier every warp reached once done with it). The warps share one running max per row, M: a warp
-      // computes its P against max(M, its own tile max) -- M itself unless its tokens raised the max -- and
-      // writes that reference; the barrier after the writes ORs "some warp raised it", and only then does each
-      // thread read the references, take the new M and scale each warp's P fragment (and O, and its row sums)
-      // to it. In the common case (the max settled) nothing is read or scaled.
+      // computes its P against M, or against its own tile max where that exceeds M by more than kRefSlack
+      // (log2), and writes that reference; the barrier after the writes ORs "some warp raised it", and only
+      // then does each thread read the references, take the new M and scale each warp's P fragment (and O, and
+      // its row sums) to it. In the common case (the max settled) nothing is read or scaled.
       float* pref = reinterpret_cast<float*>(smem + L::kPxOff + 2 * T::kPBufBytes);  // [2][rows][4 warps]
       const int g = lane >> 2, t4 = lane & 3;
       // Every wgmma instruction sits outside data-dependent branches: with the issue inside an `if`, ptxas
@@ -1304,33 +1307,54 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             }
           const bool need_mask = pos + kTileTokens > min_row_end;
           const int kv0 = pos + tok0 + g;  // token of cur[j][c]; cur[j][2 + c] is kv0 + 8
+          // Each column's reference stays M unless this warp's tokens exceed it by more than kRefSlack (log2): P is
+          // then up to 2^kRefSlack, and the column maxima (3 shuffles each) are taken only when some lane's value
+          // is that far above M (every column at a chunk's first tile; rarely once M has settled).
           float ref[JB][2], psum[JB][2];
-          bool raised = false;
+          bool raised = false, over = false;
 #pragma unroll
           for (int j = 0; j < JB; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               ref[j][c] = m_c[j][c];
               psum[j][c] = 0.f;
-              if (j > 0 && rows <= 8 * j) {
-                cur[j][c] = cur[j][2 + c] = 0.f;
-                continue;
-              }
+              if (j > 0 && rows <= 8 * j) continue;  // padding columns
               float v0 = cur[j][c] * rs_c[j][c], v1 = cur[j][2 + c] * rs_c[j][c];
               if (need_mask) {
                 v0 = kv0 < re_c[j][c] ? v0 : -INFINITY;
                 v1 = kv0 + 8 < re_c[j][c] ? v1 : -INFINITY;
               }
-              float mx = fmaxf(v0, v1);  // over the column's 16 tokens: the 8 lanes of this t4
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-              const float r = fmaxf(m_c[j][c], mx);
-              raised |= r != m_c[j][c];
-              ref[j][c] = r;
-              const float r_use = r == -INFINITY ? 0.f : r;
-              cur[j][c] = ptx::exp2_approx(v0 - r_use);
-              cur[j][2 + c] = ptx::exp2_approx(v1 - r_use);
+              cur[j][c] = v0;
+              cur[j][2 + c] = v1;
+              over |= fmaxf(v0, v1) > m_c[j][c] + kRefSlack;
+            }
+          if (__any_sync(0xffffffffu, over)) {
+#pragma unroll
+            for (int j = 0; j < JB; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                if (j > 0 && rows <= 8 * j) continue;
+                float mx = fmaxf(cur[j][c], cur[j][2 + c]);  // over the column's 16 tokens: the 8 lanes of this t4
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+                if (mx > m_c[j][c] + kRefSlack) {
+                  ref[j][c] = mx;
+                  raised = true;
+                }
+              }
+          }
+#pragma unroll
+          for (int j = 0; j < JB; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              if (j > 0 && rows <= 8 * j) {
+                cur[j][c] = cur[j][2 + c] = 0.f;
+                continue;
+              }
+              const float r_use = ref[j][c] == -INFINITY ? 0.f : ref[j][c];
+              cur[j][c] = ptx::exp2_approx(cur[j][c] - r_use);
+              cur[j][2 + c] = ptx::exp2_approx(cur[j][2 + c] - r_use);
               psum[j][c] = cur[j][c] + cur[j][2 + c];
             }
           // this warp's P, transposed to [row][token]: fragment matrices (tokens 0-7 | 8-15) x (rows 0-7 | 8-15),
