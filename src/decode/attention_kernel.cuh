@@ -1502,51 +1502,96 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     }
 
     // Online softmax of one tile's S (this warp's rows x tokens from tok0): scale, causal / length mask, running max
-    // and sum, O rescaled when the max moved; S becomes P (unnormalised, fp32).
+    // and sum, O rescaled when the max moved; S becomes P (unnormalised, fp32). finish_row: P, the row sum and O's
+    // rescale once the row's new max is known.
+    auto finish_row = [&](float (&s)[MT][NT][4], int mt, int hh, float m_new) {
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
+      m_run[mt][hh] = m_new;
+      float rowsum = 0.f;
+  #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+  #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
+          s[mt][nt][hh * 2 + c] = pv;
+          rowsum += pv;
+        }
+      }
+      l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
+      if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
+  #pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          o[mt][n][hh * 2] *= alpha;
+          o[mt][n][hh * 2 + 1] *= alpha;
+        }
+      }
+    };
+    // this lane's max of row (mt, hh) over its tokens, S scaled and masked in place
+    auto row_max = [&](float (&s)[MT][NT][4], int mt, int hh, bool need_mask, int pos) {
+      float mx = -INFINITY;
+  #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+  #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
+          if (need_mask) {
+            const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
+            v = kv < row_end[mt][hh] ? v : -INFINITY;
+          }
+          s[mt][nt][hh * 2 + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      }
+      return mx;
+    };
     auto online_softmax = [&](float (&s)[MT][NT][4], int pos) {
       const bool need_mask = pos + kTileTokens > min_row_end;
+      if constexpr (T::kFp8) {
+        // FP8 KV: the max moves with every larger score (the slack below measured no gain there: session 42)
   #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
+        for (int mt = 0; mt < MT; ++mt) {
   #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float mx = -INFINITY;
+          for (int hh = 0; hh < 2; ++hh) {
+            float mx = row_max(s, mt, hh, need_mask, pos);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            finish_row(s, mt, hh, fmaxf(m_run[mt][hh], mx));
+          }
+        }
+      } else {
+        // BF16 KV: a row's max moves only when this tile exceeds it by more than kRefSlack (log2; P is then up to
+        // 2^kRefSlack), and the quad maxima (2 shuffles per row) are taken only when some lane's value is that
+        // far above its row's max (every row at a chunk's first tile; rarely once the max has settled)
+        float mrow[MT][2];
+        bool over = false;
   #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
+        for (int mt = 0; mt < MT; ++mt) {
   #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float v = s[mt][nt][hh * 2 + c] * rs[mt][hh];
-              if (need_mask) {
-                const int kv = pos + tok0 + nt * 8 + 2 * (lane & 3) + c;
-                v = kv < row_end[mt][hh] ? v : -INFINITY;
-              }
-              s[mt][nt][hh * 2 + c] = v;
-              mx = fmaxf(mx, v);
+          for (int hh = 0; hh < 2; ++hh) {
+            mrow[mt][hh] = row_max(s, mt, hh, need_mask, pos);
+            over |= mrow[mt][hh] > m_run[mt][hh] + kRefSlack;
+          }
+        }
+        if (__any_sync(0xffffffffu, over)) {
+  #pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+  #pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              float mx = mrow[mt][hh];
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+              mrow[mt][hh] = mx > m_run[mt][hh] + kRefSlack ? mx : m_run[mt][hh];
             }
           }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m_run[mt][hh], mx);
-          const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
-          m_run[mt][hh] = m_new;
-          float rowsum = 0.f;
+        } else {
   #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
+          for (int mt = 0; mt < MT; ++mt) mrow[mt][0] = m_run[mt][0], mrow[mt][1] = m_run[mt][1];
+        }
   #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const float pv = ptx::exp2_approx(s[mt][nt][hh * 2 + c] - m_use);
-              s[mt][nt][hh * 2 + c] = pv;
-              rowsum += pv;
-            }
-          }
-          l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
-          if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
+        for (int mt = 0; mt < MT; ++mt) {
   #pragma unroll
-            for (int n = 0; n < 16; ++n) {
-              o[mt][n][hh * 2] *= alpha;
-              o[mt][n][hh * 2 + 1] *= alpha;
-            }
-          }
+          for (int hh = 0; hh < 2; ++hh) finish_row(s, mt, hh, mrow[mt][hh]);
         }
       }
     };
