@@ -61,8 +61,10 @@ constexpr int kConsumerBarrier = 1;  // named barrier id used by the 128 consume
 constexpr int kWg1Barrier = 2;
 constexpr int kCombineReadyBarrier = 3;
 constexpr int kCombineDoneBarrier = 4;
-// The transposed fp8-query variants (fp8q_r16, fp8q_r32): how far (log2) a warp's scores may exceed a column's
-// running max before its P reference moves (P up to 2^8 in f16; the exact maxima are taken only past it)
+// How far (log2) a tile's scores may exceed a query row's running max before the max (P's reference) moves: P is
+// then up to 2^8 (exact in f16 / bf16 relative terms), and the cross-lane maxima are taken only when some score is
+// past it. Used by the transposed fp8-query variants (fp8q_r16, fp8q_r32; per warp and column) and by the BF16 KV
+// variants' mma-layout softmax (per row); session 42.
 constexpr float kRefSlack = 8.f;
 
 // Metadata of one chunk, written by the producer next to the chunk's query rows.
