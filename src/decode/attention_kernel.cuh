@@ -1432,8 +1432,6 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           const bool mask_v = pos + kTileTokens > len;
 #pragma unroll
           for (int kb = 0; kb < kConsumerWarps; ++kb) {
-            // P's fragments (scaled if the max moved), m-tile by m-tile; fp8q_r16 without the loop (a one-trip loop
-            // here reorders its whole kernel)
             // P's fragments, scaled where the max moved (fp8q_r16 without the m-tile loop: a one-trip loop here
             // reorders its whole kernel)
             uint32_t pa[MT][4];
