@@ -1504,6 +1504,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // Online softmax of one tile's S (this warp's rows x tokens from tok0): scale, causal / length mask, running max
     // and sum, O rescaled when the max moved; S becomes P (unnormalised, fp32). finish_row: P, the row sum and O's
     // rescale once the row's new max is known.
+    // (T::kWg2: O's rescale is left to the caller, in alpha_d: P V of the previous tile is still in flight on O)
+    float alpha_d[MT][2];
     auto finish_row = [&](float (&s)[MT][NT][4], int mt, int hh, float m_new) {
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
@@ -1519,7 +1521,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         }
       }
       l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
-      if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
+      if constexpr (T::kWg2) {
+        alpha_d[mt][hh] = alpha;
+      } else if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
   #pragma unroll
         for (int n = 0; n < 16; ++n) {
           o[mt][n][hh * 2] *= alpha;
@@ -1704,6 +1708,96 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(&bars.empty[stage]);
           if constexpr (T::kWg2) advance_own(); else advance();
+        }
+      } else if constexpr (T::kWg2) {
+        // Two warpgroups (fp8q_r64): P V of the previous tile runs during this tile's softmax, and S of this tile
+        // during the V conversion (only the newest product is in flight when a product's result is read, so ptxas
+        // keeps the pipeline). Per tile t of this warpgroup: t landed; O rescaled (nothing in flight); issue S(t)
+        // (K straight from the stage); convert V(t) into its pair; a barrier (every warp's part of the pair
+        // written; a pair is rewritten three tiles later, after P V of that tile completed and a barrier since);
+        // issue P V(t - 2) (on the first tile: P = 0 on tile t's own pair, finite); S(t) complete; the stage
+        // released; the softmax of S(t) (O's rescale deferred); P V(t - 2) complete; P packed. The last tile's
+        // P V after the loop. (The other variants' order, below, issues S(t + 1) before the softmax of S(t) and
+        // waits for S(t) and P V(t - 1) together.)
+        if (t_first < ci.tile_hi) {
+          float sn[NT][4];
+          uint32_t pa[T::KSPV][4];
+#pragma unroll
+          for (int j = 0; j < T::KSPV; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) pa[j][c] = 0u;
+          float alpha_prev[2] = {1.f, 1.f};
+          int prev_pair = cvt_pair;
+          auto rescale_o = [&]() {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const float alpha = alpha_prev[hh];
+              if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
+#pragma unroll
+                for (int n = 0; n < 16; ++n) {
+                  o[0][n][hh * 2] *= alpha;
+                  o[0][n][hh * 2 + 1] *= alpha;
+                }
+              }
+            }
+          };
+          auto issue_pv = [&](int pair) {
+            const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(pair_base(pair)), kTileTokens * 128, 1024);
+            fence_acc(o[0]);
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < T::KSPV; ++j) {
+              ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], pa[j], ptx::gmma_desc_add(dv, j * 2048));
+            }
+            ptx::wgmma_commit();
+            fence_acc(o[0]);
+          };
+          fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
+          fence_acc(pa);
+          for (int tt = t_first; tt < ci.tile_hi; tt += 2) {
+            const int pos = tt * kTileTokens;
+            const int cur_stage = stage, cur_pair = cvt_pair;
+            const uint8_t* st = smem + L::kStagesOff + cur_stage * T::kStageBytes;
+            ptx::mbar_wait(&bars.full[cur_stage], phase);
+            HK_TRACE_ONLY(if (threadIdx.x == 0 && tt == t_first && chunk_count == 0) HK_TR(a, kTrFirstKv);
+                          if (threadIdx.x == 0 && tt == t_first && chunk_count < kTrChunks)
+                            HK_TR(a, kTrChunkKv + chunk_count);)
+            rescale_o();  // (before S(t) is issued: nothing in flight on any accumulator)
+            issue_s(sn, st);
+            convert(st, pair_base(cur_pair), pos);
+            ptx::fence_proxy_async_shared();
+            ptx::named_bar_sync(wg_bar, kConsumerWarps * 32);
+            issue_pv(prev_pair);
+            ptx::wgmma_wait<1>();  // S(t)
+            fence_acc(sn);
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(&bars.empty[cur_stage]);
+            float s[MT][NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) s[0][nt][c] = sn[nt][c];
+            online_softmax(s, pos);
+            ptx::wgmma_wait<0>();  // P V(t - 2)
+            fence_acc(o[0]);
+            fence_acc(pa);
+#pragma unroll
+            for (int j = 0; j < T::KSPV; ++j) {
+              pa[j][0] = ptx::pack_f16x2(s[0][2 * j][0], s[0][2 * j][1]);
+              pa[j][1] = ptx::pack_f16x2(s[0][2 * j][2], s[0][2 * j][3]);
+              pa[j][2] = ptx::pack_f16x2(s[0][2 * j + 1][0], s[0][2 * j + 1][1]);
+              pa[j][3] = ptx::pack_f16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
+            }
+            alpha_prev[0] = alpha_d[0][0];
+            alpha_prev[1] = alpha_d[0][1];
+            prev_pair = cur_pair;
+            cvt_pair = cvt_pair == 2 ? 0 : cvt_pair + 1;
+            advance_own();
+          }
+          rescale_o();
+          issue_pv(prev_pair);
+          ptx::wgmma_wait<0>();
+          fence_acc(o[0]);
         }
       } else if (!T::kWg2 || t_first < ci.tile_hi) {  // (T::kWg2: warpgroup 1 has no tile in a 1-tile chunk)
         float sn[NT][4];          // the S product in flight
