@@ -2163,7 +2163,9 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       // f16 pairs, free now that its products completed; it rewrites them only after warpgroup 0 has read them.
       // Ready: warpgroup 1 arrives once written, warpgroup 0 waits before reading. Done: both wait, warpgroup 0
       // once it has read (warpgroup 1 is already there, so it costs warpgroup 0 nothing; with an arrive there
-      // compute-sanitizer 2025.3's racecheck reported warpgroup 0's reads against warpgroup 1's next writes)
+      // compute-sanitizer 2025.3's racecheck reported warpgroup 0's reads against warpgroup 1's next writes), at
+      // one instruction for both (bar.sync is .aligned: reached from two places, synccheck reported divergent
+      // threads there, session 43)
       float* hb = reinterpret_cast<float*>(smem + L::kCvtOff + 3 * T::kCvtPairBytes);
       if (wg == 1) {
 #pragma unroll
@@ -2176,27 +2178,31 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           hb[(66 + hh) * 128 + ctid] = l_run[0][hh];
         }
         ptx::named_bar_arrive(kCombineReadyBarrier, 2 * kConsumerWarps * 32);
-        ptx::named_bar_sync(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
+      } else {
+        ptx::named_bar_sync(kCombineReadyBarrier, 2 * kConsumerWarps * 32);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float m1 = hb[(64 + hh) * 128 + ctid];
+          const float l1 = hb[(66 + hh) * 128 + ctid];
+          const float mx = fmaxf(m_run[0][hh], m1);
+          const float m_use = mx == -INFINITY ? 0.f : mx;
+          const float f0 = ptx::exp2_approx(m_run[0][hh] - m_use);
+          const float f1 = ptx::exp2_approx(m1 - m_use);
+          m_run[0][hh] = mx;
+          l_run[0][hh] = l_run[0][hh] * f0 + l1 * f1;
+#pragma unroll
+          for (int n = 0; n < 16; ++n)
+#pragma unroll
+            for (int c = 2 * hh; c < 2 * hh + 2; ++c) {
+              o[0][n][c] = o[0][n][c] * f0 + hb[(n * 4 + c) * 128 + ctid] * f1;
+            }
+        }
+      }
+      ptx::named_bar_sync(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
+      if (wg == 1) {
         ++chunk_count;
         continue;  // warpgroup 0 stores the rows and runs the split handshake
       }
-      ptx::named_bar_sync(kCombineReadyBarrier, 2 * kConsumerWarps * 32);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float m1 = hb[(64 + hh) * 128 + ctid];
-        const float l1 = hb[(66 + hh) * 128 + ctid];
-        const float mx = fmaxf(m_run[0][hh], m1);
-        const float m_use = mx == -INFINITY ? 0.f : mx;
-        const float f0 = ptx::exp2_approx(m_run[0][hh] - m_use);
-        const float f1 = ptx::exp2_approx(m1 - m_use);
-        m_run[0][hh] = mx;
-        l_run[0][hh] = l_run[0][hh] * f0 + l1 * f1;
-#pragma unroll
-        for (int n = 0; n < 16; ++n)
-#pragma unroll
-          for (int c = 2 * hh; c < 2 * hh + 2; ++c) o[0][n][c] = o[0][n][c] * f0 + hb[(n * 4 + c) * 128 + ctid] * f1;
-      }
-      ptx::named_bar_sync(kCombineDoneBarrier, 2 * kConsumerWarps * 32);
     }
 
     if constexpr (!use_wg) {  // (the fp8-query variant stored its rows above)
