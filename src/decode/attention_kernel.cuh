@@ -1605,7 +1605,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // tile t + 1's pair is written (so a pair is rewritten three tiles later: three pairs), then its stage is
     // released; issue S(t + 1) (on a chunk's last tile a discarded product of tile t's K: no wgmma inside a
     // data-dependent branch), which runs during the softmax of S(t); issue P V(t), which runs during the next
-    // tile's conversion. BF16 releases a tile's stage once its P V has completed.
+    // tile's conversion. BF16 releases a tile's stage once its P V has completed. (fp8q_r64, two warpgroups: its own
+    // order, overlapping P V with the softmax, below.)
     if constexpr (T::kWgRows) {
       // this warp's quarter of an FP8 K and V tile (16-byte chunks of 16 dims) into an f16 pair in the BF16 layout,
       // tokens from `pos` past the sequence as zeros (V: P = 0 there must not meet a NaN)
@@ -1799,7 +1800,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           ptx::wgmma_wait<0>();
           fence_acc(o[0]);
         }
-      } else if (!T::kWg2 || t_first < ci.tile_hi) {  // (T::kWg2: warpgroup 1 has no tile in a 1-tile chunk)
+      } else {  // one warpgroup (bf16_r64, fp8_r64)
         float sn[NT][4];          // the S product in flight
         uint32_t pa[T::KSPV][4];  // P of the tile whose P V is in flight
 #pragma unroll
@@ -1830,7 +1831,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
         fence_acc(pa);
         issue_s(sn, k_base(cur_stage, cur_pair));
-        if constexpr (T::kWg2) advance_own(); else advance();
+        advance();
         for (int tt = t_first; tt < ci.tile_hi; tt += tstep) {
           const int pos = tt * kTileTokens;
           const bool has_next = tt + tstep < ci.tile_hi;
@@ -1911,7 +1912,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           if (has_next) {
             cur_stage = next_stage;
             cur_pair = next_pair;
-            if constexpr (T::kWg2) advance_own(); else advance();
+            advance();
           }
         }
         wait_products();
