@@ -19,8 +19,10 @@ def main():
     ap.add_argument("--case", default="hy3_full", choices=sorted(pb.CASES))
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--dtypes", default="bf16,fp8")
+    ap.add_argument("--cos-sin-dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the cos/sin table's dtype (the benchmark's is float32)")
     args = ap.parse_args()
-    cos_sin = pb.make_cos_sin(pb.MAX_POSITION, pb.ROTARY, "cuda")
+    cos_sin = pb.make_cos_sin(pb.MAX_POSITION, pb.ROTARY, "cuda").to(getattr(torch, args.cos_sin_dtype))
     for dtype in args.dtypes.split(","):
         case = pb.make_case(args.case, args.tokens, dtype, 1, "cuda", cos_sin)
         fns, _ = pb.build_hopperkit(case)
@@ -31,7 +33,7 @@ def main():
         fns[0]()
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()
-        print(f"{args.case} {args.tokens} {dtype}: profiled one call")
+        print(f"{args.case} {args.tokens} {dtype} cos/sin {args.cos_sin_dtype}: profiled one call")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,11 @@ namespace prologue {
 // Session 26 (cross-build A/B, run 5): the L1 prefetch in place of the next item held in registers (80 ->
 // 64-72 registers) took 0.944-0.991x the time from 4096 tokens at 3 CTAs per SM (1.034x at hy3_full 512 bf16);
 // 4 CTAs per SM, which its 64 registers would allow, measured 0.949-1.017x (fp8 hy3_full slower): 3 stays.
+// What runs (session 44, ncu): kPairMinCtas only caps the registers (85); the launch takes the measured occupancy,
+// so the two specialised modes, compiled to 64 registers, run 4 CTAs per SM (528 CTAs on an H200) and kModeAny
+// (72) runs 3. At hy3_full 4096 / 32768 tokens both neighbours lost: a variant with 10% fewer instructions at 80
+// registers (3 per SM) 1.08-1.12x, this kernel at 48 registers (5 per SM) 1.03-1.15x (docs/attention_prologue.md,
+// session 44); an item-path change that takes the fast modes past 64 registers costs a CTA per SM.
 constexpr int kPairMinCtas = 3;
 
 // NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s
