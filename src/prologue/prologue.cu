@@ -153,6 +153,18 @@ void attention_prologue(const PrologueParams& p) {
            a.num_slots);
   a.div_heads = make_fast_div(static_cast<uint32_t>(p.num_q_heads + 2 * p.num_kv_heads));
   a.div_block = make_fast_div(static_cast<uint32_t>(p.block_size));
+  // the pair kernel's head order (pair_block_tokens() in heuristics.h). Profiling and test aid (not for serving):
+  // HOPPERKIT_PROLOGUE_ORDER=token|blocked forces token-major order or blocks of a warp's heads in tokens.
+  static const int forced_order =
+      env_is("HOPPERKIT_PROLOGUE_ORDER", "token") ? 1 : (env_is("HOPPERKIT_PROLOGUE_ORDER", "blocked") ? 2 : 0);
+  const int block_tokens = forced_order == 0 ? pair_block_tokens(p.num_q_heads, p.num_kv_heads, p.head_dim)
+                                             : (forced_order == 1 ? 1 : pair_heads_per_warp(p.head_dim));
+  a.walk_block_shift = block_tokens == 1 ? 0 : (block_tokens == 2 ? 1 : (block_tokens == 4 ? 2 : 3));
+  const int64_t block_heads = static_cast<int64_t>(block_tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
+  // (the walk adds two positions below block_heads in 32 bits)
+  HK_CHECK(kUnsupported, block_heads < (int64_t{1} << 30), "num_q_heads / num_kv_heads",
+           "(num_q_heads + 2 * num_kv_heads) x " + std::to_string(block_tokens) + " below 2^30", block_heads);
+  a.div_block_heads = make_fast_div(static_cast<uint32_t>(block_heads));
   const int64_t per_block = static_cast<int64_t>(kPrologueThreads) * kItems;
   const unsigned grid = static_cast<unsigned>((threads + per_block - 1) / per_block);
   const unsigned grid_pair = static_cast<unsigned>((threads / 2 + kPrologueThreads - 1) / kPrologueThreads);
@@ -164,14 +176,26 @@ void attention_prologue(const PrologueParams& p) {
   // the pair kernel's item path (pair_mode() in heuristics.h, CPU-tested)
   const int mode = pair_mode(a.is_neox != 0, a.q_fp8 != 0, a.kv_fp8 != 0, a.q_w != nullptr || a.k_w != nullptr,
                              a.w_f32 != 0);
-  auto launch_pair = [&](auto d, auto m) {
+  auto launch_pair = [&](auto d, auto m, auto blocked) {
     constexpr int D = decltype(d)::value, M = decltype(m)::value;
+    constexpr bool B = decltype(blocked)::value;
     // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
     static std::atomic<int> resident[kMaxDevices] = {};
-    const int res = resident_ctas(attention_prologue_pair_kernel<D, M>, kPrologueThreads, 0, resident,
+    const int res = resident_ctas(attention_prologue_pair_kernel<D, M, B>, kPrologueThreads, 0, resident,
                                   "attention_prologue_pair_kernel");
     const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
-    launch_with_pdl(attention_prologue_pair_kernel<D, M>, dim3(g), dim3(kPrologueThreads), 0, p.stream, a);
+    const PairWalkStep st = pair_walk_step(g, kPrologueThreads, D, a.hq, a.hkv, 1 << a.walk_block_shift);
+    a.walk_step_tokens = st.tokens, a.walk_step_heads = st.heads;
+    launch_with_pdl(attention_prologue_pair_kernel<D, M, B>, dim3(g), dim3(kPrologueThreads), 0, p.stream, a);
+  };
+  // the specialised modes in both orders; kModeAny (GPT-J, mixed dtypes, float32 weights) walks the block order
+  // only, which covers token order too (one token per block)
+  auto launch_fast = [&](auto d, auto m) {
+    if (a.walk_block_shift == 0) {
+      launch_pair(d, m, std::false_type{});
+    } else {
+      launch_pair(d, m, std::true_type{});
+    }
   };
   auto launch = [&](auto d) {
     constexpr int D = decltype(d)::value;
@@ -180,9 +204,9 @@ void attention_prologue(const PrologueParams& p) {
       return;
     }
     switch (mode) {
-      case kModeNeoxBf16: launch_pair(d, std::integral_constant<int, kModeNeoxBf16>{}); break;
-      case kModeNeoxFp8: launch_pair(d, std::integral_constant<int, kModeNeoxFp8>{}); break;
-      default: launch_pair(d, std::integral_constant<int, kModeAny>{}); break;
+      case kModeNeoxBf16: launch_fast(d, std::integral_constant<int, kModeNeoxBf16>{}); break;
+      case kModeNeoxFp8: launch_fast(d, std::integral_constant<int, kModeNeoxFp8>{}); break;
+      default: launch_pair(d, std::integral_constant<int, kModeAny>{}, std::true_type{}); break;
     }
   };
   // one list of supported head dims; the default branch reports the value (validation catches it first)

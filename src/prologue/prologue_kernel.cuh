@@ -68,6 +68,10 @@ struct PrologueArgs {
   int hq, hkv;
   FastDiv div_heads;       // by hq + 2 hkv (vector index / TPH / heads -> token); tokens x heads x D/8 < 2^31
   FastDiv div_block;       // by block_size (slot -> block); num_slots < 2^31
+  // the pair kernel's walk (prologue_pair_kernel.cuh; pair_block_tokens / pair_walk_step in heuristics.h)
+  int walk_block_shift;                    // log2 of the tokens per block of its head order (0: token-major)
+  int walk_step_tokens, walk_step_heads;   // its step per loop iteration, for the launched grid
+  FastDiv div_block_heads;                 // by (hq + 2 hkv) << walk_block_shift
 };
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&x)[8]) {

@@ -30,7 +30,8 @@ namespace prologue {
 // so the two specialised modes, compiled to 64 registers, run 4 CTAs per SM (528 CTAs on an H200) and kModeAny
 // (72) runs 3. At hy3_full 4096 / 32768 tokens both neighbours lost: a variant with 10% fewer instructions at 80
 // registers (3 per SM) 1.08-1.12x, this kernel at 48 registers (5 per SM) 1.03-1.15x (docs/attention_prologue.md,
-// session 44); an item-path change that takes the fast modes past 64 registers costs a CTA per SM.
+// session 44); an item-path change that takes the fast modes past 64 registers costs a CTA per SM (and
+// pair_min_ctas() below).
 constexpr int kPairMinCtas = 3;
 
 // NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s
@@ -137,7 +138,7 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
 // include/hopperkit/prologue/heuristics.h, one kernel variant each (one kernel holding all three loops spilled
 // 28 bytes at the 80-register cap). The specialised ones still read every other option at run time.
 
-template <int D, int kMode>
+template <int D, int kMode, bool kBlocked>
 __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const PairConsts& k,
                                                   const PairItem& it, int u, int ca, int cb, int r16,
                                                   unsigned mask) {
@@ -146,6 +147,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   const bool q_fp8 = kMode == kModeAny ? a.q_fp8 != 0 : kMode == kModeNeoxFp8;
   const bool kv_fp8 = kMode == kModeAny ? a.kv_fp8 != 0 : kMode == kModeNeoxFp8;
   const int t = it.t, h = it.h;
+  if (kBlocked && t >= a.num_tokens) return;  // a position past the last token (partial last block of the walk)
   if (it.p < 0 || it.p >= a.max_position) {  // untrusted: skip the whole token, count it once
     if (h == 0 && u == 0) atomicAdd(&a.err[kErrPosition], 1);
     return;
@@ -208,17 +210,33 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   }
 }
 
-template <int D, int kMode>
-__global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prologue_pair_kernel(const PrologueArgs a) {
+// Resident CTAs per SM asked of the register allocator (kPairMinCtas, above): the fp8 mode in block order asks
+// for one more (64 registers; 70 without the cap), as the same mode in token order compiles to 64 by itself.
+template <int kMode, bool kBlocked>
+constexpr int pair_min_ctas() {
+  return kMode == kModeNeoxFp8 && kBlocked ? kPairMinCtas + 1 : kPairMinCtas;
+}
+
+// kBlocked: the walk's block order with 2^walk_block_shift tokens per block (pair_block_tokens() in heuristics.h);
+// false: token-major order (walk_block_shift 0) compiled without the block arithmetic.
+template <int D, int kMode, bool kBlocked>
+__global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode, kBlocked>())
+    attention_prologue_pair_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 16;  // threads per head, two vectors each
   static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
   const int lane = threadIdx.x & 31;
   const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
   const int H = a.hq + 2 * a.hkv;
-  // item g = (t * H + h) * TPH + u; a thread keeps u and walks g, g + grid size, ... (a multiple of TPH)
+  // A thread keeps its lane u of a head and walks the heads g, g + step, ... of the walk's block order, where g is
+  // its head-group index: blocks of 2^shift tokens start at multiples of 2^shift, and position r of a block holds
+  // head r >> shift of token (block start) + r % 2^shift. With one token per block that is token-major order; with
+  // a warp's heads in tokens, each warp holds one head of that many tokens, so heads of one kind. The walk's state
+  // is (block start bt, position r); in token order they are the token and the head.
+  const int shift = kBlocked ? a.walk_block_shift : 0, tmask = (1 << shift) - 1, block_heads = H << shift;
   const int hv0 = (blockIdx.x * kPrologueThreads + threadIdx.x) / TPH;
-  int t = static_cast<int>(fast_div(static_cast<uint32_t>(hv0), a.div_heads));
-  int h = hv0 - t * H;
+  const int b0 = static_cast<int>(fast_div(static_cast<uint32_t>(hv0), a.div_block_heads));
+  int bt = b0 << shift, r = hv0 - b0 * block_heads;
+  int t = bt + (r & tmask), h = r >> shift;
   const int u = threadIdx.x % TPH;
   const int r16 = a.rotary_dim / 16;
   const int ca = u < r16 ? u : 2 * r16 + (u - r16);
@@ -237,28 +255,36 @@ __global__ void __launch_bounds__(kPrologueThreads, kPairMinCtas) attention_prol
   // Programmatic dependent launch (prologue.cu), as in attention_prologue_kernel: global memory only from here
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
+  // In block order, positions of a partial last block past the last token hold no item: they load the last
+  // token's lines (valid addresses, unused) and keep their own token index, which process_pair_item skips (a
+  // clamp instead of a branch around the loads: with the branch the fp8 mode compiled to 78 registers).
+  auto clamp = [&](int tt) { return kBlocked ? min(tt, a.num_tokens - 1) : tt; };
   // the first item's loads go out before the cache scales' loads and divisions
-  const bool active = t < a.num_tokens;
+  const bool active = bt < a.num_tokens;
   PairItem A;
-  if (active) load_pair_item<D>(a, k, t, h, A);
+  if (active) {
+    load_pair_item<D>(a, k, clamp(t), h, A);
+    A.t = t;
+  }
   k.inv_k = kv_inv_scale(a, true);
   k.inv_v = kv_inv_scale(a, false);
   if (!active) return;  // whole head groups drop out together
-  const int step = gridDim.x * (kPrologueThreads / TPH);  // head vectors per step
-  const int dt = static_cast<int>(fast_div(static_cast<uint32_t>(step), a.div_heads)), dh = step - dt * H;
+  const int dt = a.walk_step_tokens, dh = a.walk_step_heads;  // the step, from the host (pair_walk_step())
   auto advance = [&]() {
-    t += dt, h += dh;
-    if (h >= H) h -= H, ++t;
+    bt += dt, r += dh;
+    if (r >= block_heads) r -= block_heads, bt += tmask + 1;
+    t = bt + (r & tmask), h = r >> shift;
   };
   // the next item's lines go to L1 while this one is processed, then its loads hit there: no registers hold a
   // prefetched item (sessions 9-25 held it in registers and copied it each step)
   while (true) {
     advance();
-    const bool more = t < a.num_tokens;
-    if (more) prefetch_pair_item<D>(a, k, t, h);
-    process_pair_item<D, kMode>(a, k, A, u, ca, cb, r16, mask);
+    const bool more = bt < a.num_tokens;
+    if (more) prefetch_pair_item<D>(a, k, clamp(t), h);
+    process_pair_item<D, kMode, kBlocked>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
-    load_pair_item<D>(a, k, t, h, A);
+    load_pair_item<D>(a, k, clamp(t), h, A);
+    A.t = t;
   }
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "hopperkit/prologue/heuristics.h"
 
@@ -46,4 +47,77 @@ TEST(PrologueHeuristics, PairModes) {
           EXPECT_EQ(pair_mode(false, q, kv, w, f32), kModeAny);
           EXPECT_EQ(pair_mode(true, q, kv, w, f32) != kModeAny, special) << q << kv << w << f32;
         }
+}
+
+namespace {
+// The pair kernel's walk over the block order, as the kernel runs it: (token, head) of every item a thread takes.
+// Position r of a block holds head r / block_tokens of token bt + r % block_tokens.
+struct Walked {
+  int64_t token, head;
+};
+std::vector<std::vector<Walked>> walk_all(int64_t tokens, int hq, int hkv, int head_dim, int ctas, int threads) {
+  const int H = hq + 2 * hkv, tph = head_dim / 16, bt_n = pair_block_tokens(hq, hkv, head_dim);
+  const int64_t block_heads = static_cast<int64_t>(bt_n) * H;
+  const PairWalkStep st = pair_walk_step(ctas, threads, head_dim, hq, hkv, bt_n);
+  std::vector<std::vector<Walked>> per_group;
+  for (int64_t g = 0; g < static_cast<int64_t>(ctas) * threads / tph; ++g) {
+    std::vector<Walked> items;
+    int64_t bt = g / block_heads * bt_n, r = g % block_heads;
+    while (bt < tokens) {
+      const int64_t t = bt + r % bt_n, h = r / bt_n;
+      if (t < tokens) items.push_back({t, h});
+      bt += st.tokens, r += st.heads;
+      if (r >= block_heads) r -= block_heads, bt += bt_n;
+    }
+    per_group.push_back(items);
+  }
+  return per_group;
+}
+}  // namespace
+
+TEST(PrologueHeuristics, BlockOrderGivesWarpsOfOneKind) {
+  // token-major where a token's q, k and v heads come in whole warps, blocks of a warp's heads in tokens elsewhere
+  EXPECT_EQ(pair_heads_per_warp(64), 8);
+  EXPECT_EQ(pair_heads_per_warp(128), 4);
+  EXPECT_EQ(pair_heads_per_warp(256), 2);
+  EXPECT_EQ(pair_block_tokens(64, 8, 128), 1);  // hy3_full
+  EXPECT_EQ(pair_block_tokens(8, 1, 128), 4);   // hy3 at TP8: 8 q, 1 k, 1 v heads
+  EXPECT_EQ(pair_block_tokens(8, 2, 128), 4);
+  EXPECT_EQ(pair_block_tokens(16, 8, 64), 1);
+  EXPECT_EQ(pair_block_tokens(2, 1, 256), 2);
+  EXPECT_EQ(pair_block_tokens(4, 2, 256), 1);
+  // every warp's heads (consecutive head groups) are of one kind, for every layout, in the order the host picks
+  for (int d : {64, 128, 256})
+    for (int hq : {1, 2, 3, 4, 8, 12, 64})
+      for (int hkv : {1, 2, 3, 8}) {
+        const int w = pair_heads_per_warp(d), bt_n = pair_block_tokens(hq, hkv, d), H = hq + 2 * hkv;
+        const int64_t block_heads = static_cast<int64_t>(bt_n) * H;
+        for (int64_t g0 = 0; g0 < 4 * block_heads; g0 += w) {
+          auto kind = [&](int64_t g) {
+            const int64_t h = (g % block_heads) / bt_n;
+            return h < hq ? 0 : (h < hq + hkv ? 1 : 2);
+          };
+          for (int64_t g = g0; g < g0 + w; ++g) EXPECT_EQ(kind(g), kind(g0)) << d << " " << hq << " " << hkv;
+        }
+      }
+}
+
+TEST(PrologueHeuristics, WalkTakesEveryHeadOfEveryTokenOnce) {
+  // the walk's step and wrap (as the kernel runs them) over small grids, partial last blocks, tiny and wide calls
+  struct Case {
+    int64_t tokens;
+    int hq, hkv, d, ctas;
+  };
+  for (const Case c : {Case{1, 8, 1, 128, 1}, Case{5, 8, 1, 128, 1}, Case{4097, 8, 1, 128, 3}, Case{37, 8, 2, 128, 2},
+                       Case{530, 64, 8, 128, 7}, Case{99, 2, 1, 256, 5}, Case{1003, 4, 2, 64, 4},
+                       Case{13, 3, 1, 64, 1}, Case{300, 12, 3, 128, 528}}) {
+    const int H = c.hq + 2 * c.hkv;
+    std::vector<int> seen(static_cast<size_t>(c.tokens) * H, 0);
+    for (const auto& items : walk_all(c.tokens, c.hq, c.hkv, c.d, c.ctas, 256))
+      for (const Walked& it : items) {
+        ASSERT_LT(it.head, H);
+        ++seen[static_cast<size_t>(it.token * H + it.head)];
+      }
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << c.tokens << " tokens, item " << i;
+  }
 }

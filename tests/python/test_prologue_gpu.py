@@ -167,13 +167,20 @@ FORCED_SUBSET = ("styles_orders or partial_rotary or dtypes_layouts or int32_pos
                  "untrusted_indices_small or float32_norm_weights")
 
 
-@pytest.mark.parametrize("kernel", ["one", "pair"])
-def test_each_kernel_forced(kernel):
-    """Both prologue kernels on every shape of the subset, whatever their size: the tests again in a subprocess
-    with HOPPERKIT_PROLOGUE_KERNEL set (same seed; a failure replays with HK_TEST_SEED)."""
+# HOPPERKIT_PROLOGUE_ORDER (read once per process): the pair kernel's head order, "token" (token-major) or
+# "blocked" (blocks of a warp's heads in tokens, head-major); unset, pair_block_tokens() in heuristics.h picks.
+@pytest.mark.parametrize("kernel,order", [("one", ""), ("pair", "token"), ("pair", "blocked")],
+                         ids=["one", "pair_token", "pair_blocked"])
+def test_each_kernel_forced(kernel, order):
+    """Both prologue kernels, the pair kernel in both head orders, on every shape of the subset, whatever their
+    size: the tests again in a subprocess with HOPPERKIT_PROLOGUE_KERNEL / _ORDER set (same seed; a failure
+    replays with HK_TEST_SEED)."""
     if os.environ.get("HOPPERKIT_PROLOGUE_KERNEL"):
         pytest.skip("already inside a forced run")
-    out = rerun_with_env(__file__, FORCED_SUBSET, {"HOPPERKIT_PROLOGUE_KERNEL": kernel, "HK_TEST_SEED": str(RUN_SEED)})
+    env = {"HOPPERKIT_PROLOGUE_KERNEL": kernel, "HK_TEST_SEED": str(RUN_SEED)}
+    if order:
+        env["HOPPERKIT_PROLOGUE_ORDER"] = order
+    out = rerun_with_env(__file__, FORCED_SUBSET, env)
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 

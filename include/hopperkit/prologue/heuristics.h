@@ -30,5 +30,33 @@ inline int pair_mode(bool neox, bool q_fp8, bool kv_fp8, bool has_norm_weights, 
   return q_fp8 ? kModeNeoxFp8 : kModeNeoxBf16;
 }
 
+// The pair kernel's head order (prologue_pair_kernel.cuh): how many tokens form one block of its walk. A warp holds
+// 32 / (head_dim / 16) heads. In token-major order (1 token per block) a warp takes the next heads whatever their
+// kind, so when a token's q, k or v heads do not come in whole warps (hy3 at TP8: 8 q, 1 k, 1 v heads, 4 heads per
+// warp) some warps hold q, k and v heads together and their lanes take the q path and the k / v path one after
+// the other. Blocks of a warp's heads in tokens, walked head-major (head 0 of the block's tokens, then head 1, ...),
+// give each warp one head of that many tokens, so one kind; where the heads already come in whole warps (hy3_full:
+// 64 / 8 / 8), token-major order gives warps of one kind too and is kept: head-major order there took 1.04-1.08x
+// (bf16) and 1.02-1.11x (fp8) the time of token order in the same build (four tokens' cos / sin rows per warp
+// instead of one, our guess), and the block arithmetic costs the fp8 mode registers. H200, session 45: hy3 TP8
+// fp8 0.90-0.94x the time, bf16 0.97-0.98x (docs/attention_prologue.md).
+inline int pair_heads_per_warp(int head_dim) { return 32 / (head_dim / 16); }
+inline int pair_block_tokens(int hq, int hkv, int head_dim) {
+  const int w = pair_heads_per_warp(head_dim);
+  return hq % w == 0 && hkv % w == 0 ? 1 : w;
+}
+
+// The walk's step, in (tokens, heads) of the block order: a launch of `ctas` CTAs of `threads` threads covers
+// ctas x threads / (head_dim / 16) heads per step; blocks hold block_tokens x (hq + 2 hkv) heads.
+struct PairWalkStep {
+  int tokens;  // whole blocks per step, in tokens (a multiple of block_tokens)
+  int heads;   // the rest, in heads of a block: [0, block_tokens x (hq + 2 hkv))
+};
+inline PairWalkStep pair_walk_step(int64_t ctas, int threads, int head_dim, int hq, int hkv, int block_tokens) {
+  const int64_t step = ctas * (threads / (head_dim / 16));
+  const int64_t block_heads = static_cast<int64_t>(block_tokens) * (hq + 2 * hkv);
+  return {static_cast<int>(step / block_heads * block_tokens), static_cast<int>(step % block_heads)};
+}
+
 }  // namespace prologue
 }  // namespace hopperkit
