@@ -114,10 +114,11 @@ template <int D, bool kWBf16>
 __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], const void* w, int w_f32,
                                              const PairConsts& k, int ca, int cb, float eps, unsigned mask) {
   constexpr int TPH = D / 16;
-  float ss = 0.f;
+  // two fma chains (one per vector): 16 FFMA, where (a^2 + b^2) then + took a FMUL, a FFMA and a FADD per pair
+  float sa = 0.f, sb = 0.f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) ss += xa[i] * xa[i] + xb[i] * xb[i];
-  ss = group_sum<TPH>(ss, mask);
+  for (int i = 0; i < 8; ++i) sa = fmaf(xa[i], xa[i], sa), sb = fmaf(xb[i], xb[i], sb);
+  const float ss = group_sum<TPH>(sa + sb, mask);
   float wa[8], wb[8];
   if constexpr (kWBf16) {
     bf16x8_to_float(*reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + k.chunk_a), wa);
