@@ -627,6 +627,18 @@ __device__ __forceinline__ MergeArgs merge_args(const DecodeKernelArgs& a, const
 template <int G>
 constexpr int kMergeBatches = G > 8 ? G / 8 : 1;
 
+// The merge's per-row steps, shared by merge_slots_f16 and merge_slots. A round's new running max (log2 units):
+// the previous one and the round's G pieces' LSEs.
+template <int G>
+__device__ __forceinline__ float merge_round_max(float mx, const float (&lse)[G]) {
+  float cm = mx;
+#pragma unroll
+  for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[i]);
+  return cm;
+}
+// The max the weights are taken against: 0 while no piece had a finite LSE (all weights 0).
+__device__ __forceinline__ float merge_ref(float mx) { return mx == -INFINITY ? 0.f : mx; }
+
 // merge_slots' f16 path (FP8 KV): a half-warp per row, each lane 8 consecutive dims (16-byte loads of f16, half
 // the load instructions and exp2s of 4 dims per lane). The warp's R rows per pass are the float path's (rb + j x
 // 4 warps), its half h taking j = h, h + 2, ...; G partials per round as two batches of 8 when G = 16, the
@@ -696,10 +708,8 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
       }
 #pragma unroll
       for (int j = 0; j < RH; ++j) {
-        float cm = mx[j];
-#pragma unroll
-        for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[j][i]);
-        const float m_use = cm == -INFINITY ? 0.f : cm;
+        const float cm = merge_round_max<G>(mx[j], lse[j]);
+        const float m_use = merge_ref(cm);
         const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
         wsum[j] *= keep;
 #pragma unroll
@@ -816,10 +826,8 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
         }
 #pragma unroll
         for (int j = 0; j < R; ++j) {
-          float cm = mx[j];
-#pragma unroll
-          for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[j][i]);
-          const float m_use = cm == -INFINITY ? 0.f : cm;
+          const float cm = merge_round_max<G>(mx[j], lse[j]);
+          const float m_use = merge_ref(cm);
           const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
           wsum[j] *= keep;
 #pragma unroll
