@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "common/env_switch.h"
@@ -80,6 +81,15 @@ void validate_attention_prologue(const PrologueParams& p) {
   check_cache("v_cache", p.v_cache, p.v_stride_block, p.v_stride_token, p.v_stride_head, kv_es, p.num_kv_heads);
   HK_CHECK(kShape, p.num_blocks >= 1 && p.block_size >= 1, "k_cache", "num_blocks >= 1 and block_size >= 1",
            std::to_string(p.num_blocks) + " blocks of " + std::to_string(p.block_size));
+  // the pair kernel forms a row's offset inside its block in 32 bits and multiplies a 32-bit block stride
+  for (const auto& c : {std::make_tuple("k_cache", p.k_stride_block, p.k_stride_token, p.k_stride_head),
+                        std::make_tuple("v_cache", p.v_stride_block, p.v_stride_token, p.v_stride_head)}) {
+    const int64_t sb = std::get<1>(c), st = std::get<2>(c), sh = p.num_kv_heads == 1 ? 0 : std::get<3>(c);
+    const int64_t extent = (static_cast<int64_t>(p.block_size) - 1) * st + (p.num_kv_heads - 1) * sh + p.head_dim;
+    HK_CHECK(kUnsupported, sb < (int64_t{1} << 32) && extent < (int64_t{1} << 31), std::get<0>(c),
+             "a block stride below 2^32 elements and a block's rows within 2^31 elements",
+             "block stride " + std::to_string(sb) + ", rows within " + std::to_string(extent));
+  }
   const int q_es = dtype_size(p.q_out_dtype);
   HK_CHECK(kAlignment,
            reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 && (p.q_out_stride_token * q_es) % 16 == 0 &&
@@ -154,11 +164,12 @@ void attention_prologue(const PrologueParams& p) {
   a.div_heads = make_fast_div(static_cast<uint32_t>(p.num_q_heads + 2 * p.num_kv_heads));
   a.div_block = make_fast_div(static_cast<uint32_t>(p.block_size));
   // the pair kernel's head order (pair_block_tokens() in heuristics.h). Profiling and test aid (not for serving):
-  // HOPPERKIT_PROLOGUE_ORDER=token|blocked forces token-major order or blocks of a warp's heads in tokens.
-  static const int forced_order =
-      env_is("HOPPERKIT_PROLOGUE_ORDER", "token") ? 1 : (env_is("HOPPERKIT_PROLOGUE_ORDER", "blocked") ? 2 : 0);
-  const int block_tokens = forced_order == 0 ? pair_block_tokens(p.num_q_heads, p.num_kv_heads, p.head_dim)
-                                             : (forced_order == 1 ? 1 : pair_heads_per_warp(p.head_dim));
+  // HOPPERKIT_PROLOGUE_ORDER=blocked forces blocks of a warp's heads in tokens where token order would be picked.
+  // (Token order cannot be forced: where a token's heads do not come in whole warps it would put heads of two
+  // kinds in one warp, and the kernel's reductions need a warp's lanes on one path.)
+  static const bool forced_blocked = env_is("HOPPERKIT_PROLOGUE_ORDER", "blocked");
+  const int block_tokens = forced_blocked ? pair_heads_per_warp(p.head_dim)
+                                          : pair_block_tokens(p.num_q_heads, p.num_kv_heads, p.head_dim);
   a.walk_block_shift = block_tokens == 1 ? 0 : (block_tokens == 2 ? 1 : (block_tokens == 4 ? 2 : 3));
   const int64_t block_heads = static_cast<int64_t>(block_tokens) * (p.num_q_heads + 2 * p.num_kv_heads);
   // (the walk adds two positions below block_heads in 32 bits)

@@ -69,7 +69,7 @@ struct PairConsts {
 // Head h of token t in qkv (bytes); load_pair_item and prefetch_pair_item read the same lines from it.
 template <int D>
 __device__ __forceinline__ const uint8_t* pair_item_head(const PrologueArgs& a, const PairConsts& k, int t, int h) {
-  return reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(t) * k.qkv_row_bytes +
+  return reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(static_cast<uint32_t>(t)) * k.qkv_row_bytes +
          static_cast<uint32_t>(h) * (D * 2);
 }
 
@@ -80,9 +80,10 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
   const uint8_t* head = pair_item_head<D>(a, k, t, h);
   it.raw_a = *reinterpret_cast<const uint4*>(head + k.chunk_a);
   it.raw_b = *reinterpret_cast<const uint4*>(head + k.chunk_b);
-  it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[t]
-                        : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t]);
-  it.slot = h >= a.hq ? a.slot_mapping[t] : -1;
+  const uint32_t tu = static_cast<uint32_t>(t);
+  it.p = a.positions_64 ? static_cast<const int64_t*>(a.positions)[tu]
+                        : static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[tu]);
+  it.slot = h >= a.hq ? a.slot_mapping[tu] : -1;
 }
 
 // The same item's lines into L1 (prefetch.global.L1: no registers held while they are in flight); the
@@ -92,10 +93,11 @@ __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const 
   const uint8_t* head = pair_item_head<D>(a, k, t, h);
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_a));
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_b));
-  const void* pos = a.positions_64 ? static_cast<const void*>(static_cast<const int64_t*>(a.positions) + t)
-                                   : static_cast<const void*>(static_cast<const int32_t*>(a.positions) + t);
+  const uint32_t tu = static_cast<uint32_t>(t);
+  const void* pos = a.positions_64 ? static_cast<const void*>(static_cast<const int64_t*>(a.positions) + tu)
+                                   : static_cast<const void*>(static_cast<const int32_t*>(a.positions) + tu);
   asm volatile("prefetch.global.L1 [%0];" ::"l"(pos));
-  if (h >= a.hq) asm volatile("prefetch.global.L1 [%0];" ::"l"(a.slot_mapping + t));
+  if (h >= a.hq) asm volatile("prefetch.global.L1 [%0];" ::"l"(a.slot_mapping + tu));
 }
 
 // The norm weights of chunk c (8 values, fp32 or bf16) from global memory (L1 hits after the first item). Copying
@@ -135,6 +137,39 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
   return rsqrtf(ss * (1.f / static_cast<float>(D)) + eps);
 }
 
+// The bf16 cache row (bytes) of K / V head h for a slot, or null for a padding slot (-1) or one out of range
+// (counted once per token): kv_row's element index with 32-bit offsets inside a block (the host checks that a
+// block's rows lie within 2^31 elements and its stride below 2^32) and one wide multiply for the block. Used by
+// the bf16 mode (pair_whole_warp); the fp8 mode measured 1.01x with it (session 46 call 2, mixd against mix).
+__device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane) {
+  if (slot == -1) return nullptr;
+  if (static_cast<uint64_t>(slot) >= static_cast<uint64_t>(a.num_slots)) {
+    if (h == a.hq && count_lane) atomicAdd(&a.err[kErrSlot], 1);
+    return nullptr;
+  }
+  const uint32_t s = static_cast<uint32_t>(slot);
+  const uint32_t blk = fast_div(s, a.div_block);
+  const uint32_t off = s - blk * static_cast<uint32_t>(a.block_size);
+  const bool is_k = h < a.hq + a.hkv;
+  const uint32_t head = static_cast<uint32_t>(h - a.hq - (is_k ? 0 : a.hkv));
+  const uint32_t in_block = off * static_cast<uint32_t>(is_k ? a.ks_token : a.vs_token) +
+                            head * static_cast<uint32_t>(is_k ? a.ks_head : a.vs_head);
+  const uint64_t idx =
+      static_cast<uint64_t>(blk) * static_cast<uint32_t>(is_k ? a.ks_block : a.vs_block) + in_block;
+  return (is_k ? a.k_cache : a.v_cache) + idx * 2;
+}
+
+// Whether the group reductions shuffle over the whole warp (valid: every warp holds heads of one kind of one block,
+// see the kernel), with items that store nothing running to the end of them, rather than over the head's lanes
+// (ptxas then tests the lanes' convergence at each reduction: ~5 instructions). H200, session 46 (cross-build A/B,
+// with pair_kv_row and the 64-register cap): the bf16 mode took 0.92-0.99x the time at hy3_full 512-32768 and
+// hy3_tp8 4096 tokens (1.00 elsewhere); the fp8 mode took 1.00-1.02x against its head-lane form (not profiled).
+// The whole-warp q path leaves before the fp8 amax reduction, so it is the bf16 mode's only.
+template <int kMode>
+constexpr bool pair_whole_warp() {
+  return kMode == kModeNeoxBf16;
+}
+
 // Item paths specialised for the common configurations: the modes of pair_mode() in
 // include/hopperkit/prologue/heuristics.h, one kernel variant each (one kernel holding all three loops spilled
 // 28 bytes at the 80-register cap). The specialised ones still read every other option at run time.
@@ -148,11 +183,25 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   const bool q_fp8 = kMode == kModeAny ? a.q_fp8 != 0 : kMode == kModeNeoxFp8;
   const bool kv_fp8 = kMode == kModeAny ? a.kv_fp8 != 0 : kMode == kModeNeoxFp8;
   const int t = it.t, h = it.h;
-  if (kBlocked && t >= a.num_tokens) return;  // a position past the last token (partial last block of the walk)
-  if (it.p < 0 || it.p >= a.max_position) {  // untrusted: skip the whole token, count it once
-    if (h == 0 && u == 0) atomicAdd(&a.err[kErrPosition], 1);
-    return;
+  constexpr bool kWide = pair_whole_warp<kMode>();
+  static_assert(!kWide || kMode == kModeNeoxBf16, "the whole-warp q path leaves before the fp8 amax reduction");
+  bool skip = false, bad_pos = false;
+  if (kWide) {
+    // Items that store nothing still run to the end of the group reductions (their warp's lanes shuffle
+    // together): a position past the last token (partial last block of the walk) and an untrusted position (the
+    // whole token is skipped and counted once; its cos / sin row is read at position 0).
+    const bool past_end = kBlocked && t >= a.num_tokens;
+    bad_pos = static_cast<uint64_t>(it.p) >= static_cast<uint64_t>(a.max_position);
+    if (bad_pos && !past_end && h == 0 && u == 0) atomicAdd(&a.err[kErrPosition], 1);
+    skip = past_end || bad_pos;
+  } else {
+    if (kBlocked && t >= a.num_tokens) return;  // a position past the last token (partial last block of the walk)
+    if (static_cast<uint64_t>(it.p) >= static_cast<uint64_t>(a.max_position)) {  // untrusted: skip the token,
+      if (h == 0 && u == 0) atomicAdd(&a.err[kErrPosition], 1);                  // count it once
+      return;
+    }
   }
+  const uint32_t pos = bad_pos ? 0u : static_cast<uint32_t>(it.p);
   const int kind = h < a.hq ? 0 : (h < a.hq + a.hkv ? 1 : 2);  // q, k, v
   float xa[8], xb[8];
   bf16x8_to_float(it.raw_a, xa);
@@ -162,7 +211,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     const void* w = kind == 0 ? a.q_w : a.k_w;
     const bool has_w = w != nullptr;
     const uint8_t* row =
-        static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(static_cast<uint32_t>(it.p)) * k.cs_row_bytes;
+        static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(pos) * k.cs_row_bytes;
     if (has_w && a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
     if (neox) {
       if (u < r16) rope_neox_pair(xa, xb, row + k.cs_c, row + k.cs_s, a.cos_sin_f32);
@@ -175,7 +224,9 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     if (has_w && !a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
   }
   if (kind == 0) {
-    uint8_t* dst = a.q_out + (static_cast<uint64_t>(t) * k.qo_token_bytes + static_cast<uint64_t>(h) * k.qo_head_bytes);
+    if (skip) return;  // (the whole-warp form is the bf16 mode's: its q path has no reduction after the norm's)
+    uint8_t* dst = a.q_out + (static_cast<uint64_t>(static_cast<uint32_t>(t)) * k.qo_token_bytes +
+                              static_cast<uint64_t>(static_cast<uint32_t>(h)) * k.qo_head_bytes);
     if (q_fp8) {
       float amax = 0.f;
 #pragma unroll
@@ -190,9 +241,21 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
-      *reinterpret_cast<uint4*>(dst + ca * 16) = bf16x8(xa);
-      *reinterpret_cast<uint4*>(dst + cb * 16) = bf16x8(xb);
+      *reinterpret_cast<uint4*>(dst + (kWide ? k.chunk_a : ca * 16)) = bf16x8(xa);
+      *reinterpret_cast<uint4*>(dst + (kWide ? k.chunk_b : cb * 16)) = bf16x8(xb);
     }
+    return;
+  }
+  if constexpr (kWide) {  // bf16 K / V rows in 32-bit offsets (pair_kv_row)
+    if (skip) return;
+    uint8_t* row = pair_kv_row(a, h, it.slot, u == 0);
+    if (row == nullptr) return;
+    if (kind == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
+    }
+    *reinterpret_cast<uint4*>(row + k.chunk_a) = bf16x8(xa);
+    *reinterpret_cast<uint4*>(row + k.chunk_b) = bf16x8(xb);
     return;
   }
   KvDst d;
@@ -211,11 +274,12 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   }
 }
 
-// Resident CTAs per SM asked of the register allocator (kPairMinCtas, above): the fp8 mode in block order asks
-// for one more (64 registers; 70 without the cap), as the same mode in token order compiles to 64 by itself.
+// Resident CTAs per SM asked of the register allocator (kPairMinCtas, above): the bf16 mode and the fp8 mode in
+// block order ask for one more (64 registers, 4 CTAs per SM; uncapped they compile to 65-68 and 70), as the fp8
+// mode in token order compiles to 64 by itself.
 template <int kMode, bool kBlocked>
 constexpr int pair_min_ctas() {
-  return kMode == kModeNeoxFp8 && kBlocked ? kPairMinCtas + 1 : kPairMinCtas;
+  return pair_whole_warp<kMode>() || (kMode == kModeNeoxFp8 && kBlocked) ? kPairMinCtas + 1 : kPairMinCtas;
 }
 
 // kBlocked: the walk's block order with 2^walk_block_shift tokens per block (pair_block_tokens() in heuristics.h);
@@ -225,8 +289,12 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode, kBlocke
     attention_prologue_pair_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 16;  // threads per head, two vectors each
   static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
-  const int lane = threadIdx.x & 31;
-  const unsigned mask = TPH == 32 ? 0xffffffffu : (((1u << TPH) - 1u) << (lane & ~(TPH - 1)));
+  // Every warp holds heads of one kind (q, k or v) of one block of the walk (pair_block_tokens() in heuristics.h:
+  // token order only where a token's q and k / v heads come in whole warps; CPU-tested with the walk's step), so
+  // a warp's lanes take the same path to the group reductions and leave the loop together: the whole-warp form's
+  // shuffles name the whole warp (pair_whole_warp).
+  const unsigned mask = pair_whole_warp<kMode>() ? 0xffffffffu
+                                                 : (((1u << TPH) - 1u) << ((threadIdx.x & 31) & ~(TPH - 1)));
   const int H = a.hq + 2 * a.hkv;
   // A thread keeps its lane u of a head and walks the heads g, g + step, ... of the walk's block order, where g is
   // its head-group index: blocks of 2^shift tokens start at multiples of 2^shift, and position r of a block holds

@@ -121,3 +121,35 @@ TEST(PrologueHeuristics, WalkTakesEveryHeadOfEveryTokenOnce) {
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << c.tokens << " tokens, item " << i;
   }
 }
+
+TEST(PrologueHeuristics, WarpLanesWalkTogether) {
+  // The kernel's group reductions shuffle over the whole warp: at every step of the walk, the head groups of a
+  // warp must be in the same block (so they leave the loop together, and a partial last block's positions past the
+  // last token run to the reductions with the rest) and hold heads of one kind (the same path to the reductions).
+  for (int d : {64, 128, 256})
+    for (int hq : {1, 2, 3, 4, 8, 12, 64})
+      for (int hkv : {1, 2, 3, 8})
+        for (int ctas : {1, 3, 528}) {
+          const int w = pair_heads_per_warp(d), bt_n = pair_block_tokens(hq, hkv, d), H = hq + 2 * hkv;
+          const int64_t block_heads = static_cast<int64_t>(bt_n) * H, tokens = 3 * bt_n + 1;
+          const PairWalkStep st = pair_walk_step(ctas, 256, d, hq, hkv, bt_n);
+          const int64_t groups = static_cast<int64_t>(ctas) * 256 / (d / 16);
+          for (int64_t g0 = 0; g0 < groups; g0 += w) {
+            std::vector<int64_t> bt(w), r(w);
+            for (int i = 0; i < w; ++i) bt[i] = (g0 + i) / block_heads * bt_n, r[i] = (g0 + i) % block_heads;
+            for (int step = 0; bt[0] < tokens; ++step) {
+              const int64_t h0 = r[0] / bt_n;
+              const int kind0 = h0 < hq ? 0 : (h0 < hq + hkv ? 1 : 2);
+              for (int i = 1; i < w; ++i) {
+                const int64_t h = r[i] / bt_n;
+                ASSERT_EQ(bt[i], bt[0]) << d << " " << hq << " " << hkv << " " << ctas << " step " << step;
+                ASSERT_EQ(h < hq ? 0 : (h < hq + hkv ? 1 : 2), kind0) << d << " " << hq << " " << hkv;
+              }
+              for (int i = 0; i < w; ++i) {
+                bt[i] += st.tokens, r[i] += st.heads;
+                if (r[i] >= block_heads) r[i] -= block_heads, bt[i] += bt_n;
+              }
+            }
+          }
+        }
+}

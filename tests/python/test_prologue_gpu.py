@@ -167,14 +167,14 @@ FORCED_SUBSET = ("styles_orders or partial_rotary or dtypes_layouts or int32_pos
                  "untrusted_indices_small or float32_norm_weights")
 
 
-# HOPPERKIT_PROLOGUE_ORDER (read once per process): the pair kernel's head order, "token" (token-major) or
-# "blocked" (blocks of a warp's heads in tokens, head-major); unset, pair_block_tokens() in heuristics.h picks.
-@pytest.mark.parametrize("kernel,order", [("one", ""), ("pair", "token"), ("pair", "blocked")],
-                         ids=["one", "pair_token", "pair_blocked"])
+# HOPPERKIT_PROLOGUE_ORDER (read once per process): "blocked" forces the pair kernel's block order (blocks of a
+# warp's heads in tokens, head-major) where pair_block_tokens() in heuristics.h would pick token order.
+@pytest.mark.parametrize("kernel,order", [("one", ""), ("pair", ""), ("pair", "blocked")],
+                         ids=["one", "pair", "pair_blocked"])
 def test_each_kernel_forced(kernel, order):
-    """Both prologue kernels, the pair kernel in both head orders, on every shape of the subset, whatever their
-    size: the tests again in a subprocess with HOPPERKIT_PROLOGUE_KERNEL / _ORDER set (same seed; a failure
-    replays with HK_TEST_SEED)."""
+    """Both prologue kernels, the pair kernel in the order the host picks and in block order everywhere, on every
+    shape of the subset, whatever their size: the tests again in a subprocess with HOPPERKIT_PROLOGUE_KERNEL /
+    _ORDER set (same seed; a failure replays with HK_TEST_SEED)."""
     if os.environ.get("HOPPERKIT_PROLOGUE_KERNEL"):
         pytest.skip("already inside a forced run")
     env = {"HOPPERKIT_PROLOGUE_KERNEL": kernel, "HK_TEST_SEED": str(RUN_SEED)}
