@@ -1691,6 +1691,18 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         ptx::wgmma_commit();
         fence_acc(d);
       };
+      // O += P V: 4 k16 steps over the tile's tokens; V N-major, its 64-dim halves 8 KB apart, 8 tokens 1 KB
+      auto issue_pv = [&](const uint32_t (&p)[T::KSPV][4], const uint8_t* vb) {
+        const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(vb), kTileTokens * 128, 1024);
+        fence_acc(o[0]);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < T::KSPV; ++j) {
+          ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], p[j], ptx::gmma_desc_add(dv, j * 2048));
+        }
+        ptx::wgmma_commit();
+        fence_acc(o[0]);
+      };
       auto advance = [&]() {
         if (++stage == T::kStages) {
           stage = 0;
@@ -1750,17 +1762,6 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               }
             }
           };
-          auto issue_pv = [&](int pair) {
-            const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(pair_base(pair)), kTileTokens * 128, 1024);
-            fence_acc(o[0]);
-            ptx::wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < T::KSPV; ++j) {
-              ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], pa[j], ptx::gmma_desc_add(dv, j * 2048));
-            }
-            ptx::wgmma_commit();
-            fence_acc(o[0]);
-          };
           fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
           fence_acc(pa);
           for (int tt = t_first; tt < ci.tile_hi; tt += 2) {
@@ -1776,7 +1777,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             convert(st, pair_base(cur_pair), pos);
             ptx::fence_proxy_async_shared();
             ptx::named_bar_sync(wg_bar, kConsumerWarps * 32);
-            issue_pv(prev_pair);
+            issue_pv(pa, pair_base(prev_pair));
             ptx::wgmma_wait<1>();  // S(t)
             fence_acc(sn);
             __syncwarp();
@@ -1804,7 +1805,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             advance_own();
           }
           rescale_o();
-          issue_pv(prev_pair);
+          issue_pv(pa, pair_base(prev_pair));
           ptx::wgmma_wait<0>();
           fence_acc(o[0]);
         }
@@ -1907,16 +1908,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               pa[j][3] = ptx::pack_bf16x2(s[0][2 * j + 1][2], s[0][2 * j + 1][3]);
             }
           }
-          // O += P V: 4 k16 steps over the tile's tokens; V N-major, its 64-dim halves 8 KB apart, 8 tokens 1 KB
-          const uint64_t dv = ptx::gmma_desc_sw128_mn(ptx::smem_addr(vb), kTileTokens * 128, 1024);
-          fence_acc(o[0]);
-          ptx::wgmma_fence();
-#pragma unroll
-          for (int j = 0; j < T::KSPV; ++j) {
-            ptx::wgmma_m64n128k16_rs_tn<T::kFp8>(o[0], pa[j], ptx::gmma_desc_add(dv, j * 2048));
-          }
-          ptx::wgmma_commit();
-          fence_acc(o[0]);
+          issue_pv(pa, vb);
           if (has_next) {
             cur_stage = next_stage;
             cur_pair = next_pair;
