@@ -140,7 +140,8 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
 // The bf16 cache row (bytes) of K / V head h for a slot, or null for a padding slot (-1) or one out of range
 // (counted once per token): kv_row's element index with 32-bit offsets inside a block (the host checks that a
 // block's rows lie within 2^31 elements and its stride below 2^32) and one wide multiply for the block. Used by
-// the bf16 mode (pair_whole_warp); the fp8 mode measured 1.01x with it (session 46 call 2, mixd against mix).
+// the bf16 mode (pair_whole_warp). The fp8 mode keeps kv_row: its measured form (head-lane reductions) has it;
+// in its whole-warp form this row took 0.992-1.000x kv_row's time (session 46 call 2, mix against mixd).
 __device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane) {
   if (slot == -1) return nullptr;
   if (static_cast<uint64_t>(slot) >= static_cast<uint64_t>(a.num_slots)) {
@@ -162,9 +163,10 @@ __device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, in
 // Whether the group reductions shuffle over the whole warp (valid: every warp holds heads of one kind of one block,
 // see the kernel), with items that store nothing running to the end of them, rather than over the head's lanes
 // (ptxas then tests the lanes' convergence at each reduction: ~5 instructions). H200, session 46 (cross-build A/B,
-// with pair_kv_row and the 64-register cap): the bf16 mode took 0.92-0.99x the time at hy3_full 512-32768 and
-// hy3_tp8 4096 tokens (1.00 elsewhere); the fp8 mode took 1.00-1.02x against its head-lane form (not profiled).
-// The whole-warp q path leaves before the fp8 amax reduction, so it is the bf16 mode's only.
+// with pair_kv_row and the 64-register cap): the bf16 mode took 0.92-0.99x main's time at hy3_full 512-32768 and
+// hy3_tp8 4096 tokens (1.00 elsewhere); the fp8 mode 0.99-1.02x, where its head-lane form with the same index
+// arithmetic took 0.98-1.00x (not profiled). The whole-warp q path leaves before the fp8 amax reduction, so it is
+// the bf16 mode's only.
 template <int kMode>
 constexpr bool pair_whole_warp() {
   return kMode == kModeNeoxBf16;

@@ -86,6 +86,16 @@ TEST(PrologueValidation, EveryBadInputIsRejectedWithItsArgument) {
        "cos_sin_cache"},
       {"q out token stride of 2^32 bytes", [](auto& p) { p.q_out_stride_token = int64_t{1} << 31; },
        ErrorKind::kUnsupported, "q_out"},
+      // and its bf16 cache rows from 32-bit offsets inside a block and a 32-bit block stride
+      {"k block stride of 2^32 elements", [](auto& p) { p.k_stride_block = int64_t{1} << 32; },
+       ErrorKind::kUnsupported, "k_cache"},
+      {"v block's rows past 2^31 elements",
+       [](auto& p) {
+         p.num_kv_heads = 2;
+         p.qkv_stride_token = 12 * 128;
+         p.v_stride_head = int64_t{1} << 31;
+       },
+       ErrorKind::kUnsupported, "v_cache"},
   };
   for (const Case& c : cases) {
     PrologueParams p = valid();
@@ -98,6 +108,13 @@ TEST(PrologueValidation, EveryBadInputIsRejectedWithItsArgument) {
       EXPECT_EQ(e.arg(), c.arg) << c.what << ": " << e.what();
     }
   }
+}
+
+TEST(PrologueValidation, ASingleKvHeadsStrideIsNotUsed) {
+  // one KV head: its head stride never enters a row's offset (it may be anything a view gives)
+  PrologueParams p = valid();
+  p.k_stride_head = p.v_stride_head = int64_t{1} << 40;
+  EXPECT_NO_THROW(validate_attention_prologue(p));
 }
 
 TEST(PrologueValidation, OneTokensStridesAreNotUsed) {
