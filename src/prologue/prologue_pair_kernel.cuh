@@ -88,11 +88,15 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
 
 // The same item's lines into L1 (prefetch.global.L1: no registers held while they are in flight); the
 // load_pair_item that follows one item later finds them there.
-template <int D>
+// kIndexLines: also the position and slot lines. The fp8 mode leaves them to its loads: H200, session 46 call 4
+// (cross-build A/B, f8pf): 0.973x the time at hy3_full fp8 4096 / 32768 tokens, 0.98 at 512, 1.00 at hy3_tp8 (16
+// / 8 SASS instructions fewer in token / block order); the bf16 mode keeps them (not measured without).
+template <int D, bool kIndexLines = true>
 __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
   const uint8_t* head = pair_item_head<D>(a, k, t, h);
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_a));
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_b));
+  if (!kIndexLines) return;
   const uint32_t tu = static_cast<uint32_t>(t);
   const void* pos = a.positions_64 ? static_cast<const void*>(static_cast<const int64_t*>(a.positions) + tu)
                                    : static_cast<const void*>(static_cast<const int32_t*>(a.positions) + tu);
@@ -137,12 +141,12 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
   return rsqrtf(ss * (1.f / static_cast<float>(D)) + eps);
 }
 
-// The bf16 cache row (bytes) of K / V head h for a slot, or null for a padding slot (-1) or one out of range
-// (counted once per token): kv_row's element index with 32-bit offsets inside a block (the host checks that a
-// block's rows lie within 2^31 elements and its stride below 2^32) and one wide multiply for the block. Used by
-// the bf16 mode (pair_whole_warp). The fp8 mode keeps kv_row: its measured form (head-lane reductions) has it;
-// in its whole-warp form this row took 0.992-1.000x kv_row's time (session 46 call 2, mix against mixd).
-__device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane) {
+// The cache row (bytes) of K / V head h for a slot, or null for a padding slot (-1) or one out of range (counted
+// once per token): kv_row's element index with 32-bit offsets inside a block (the host checks that a block's rows
+// lie within 2^31 elements and its stride below 2^32) and one wide multiply for the block. The specialised modes'
+// form (session 46: 8-16 SASS instructions fewer per kernel; part of f8both, call 4).
+__device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane,
+                                                bool kv_fp8) {
   if (slot == -1) return nullptr;
   if (static_cast<uint64_t>(slot) >= static_cast<uint64_t>(a.num_slots)) {
     if (h == a.hq && count_lane) atomicAdd(&a.err[kErrSlot], 1);
@@ -157,7 +161,7 @@ __device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, in
                             head * static_cast<uint32_t>(is_k ? a.ks_head : a.vs_head);
   const uint64_t idx =
       static_cast<uint64_t>(blk) * static_cast<uint32_t>(is_k ? a.ks_block : a.vs_block) + in_block;
-  return (is_k ? a.k_cache : a.v_cache) + idx * 2;
+  return (is_k ? a.k_cache : a.v_cache) + (kv_fp8 ? idx : idx * 2);
 }
 
 // Whether the group reductions shuffle over the whole warp (valid: every warp holds heads of one kind of one block,
@@ -248,16 +252,22 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     }
     return;
   }
-  if constexpr (kWide) {  // bf16 K / V rows in 32-bit offsets (pair_kv_row)
+  if constexpr (kMode != kModeAny) {  // the specialised modes: K / V rows in 32-bit offsets (pair_kv_row)
     if (skip) return;
-    uint8_t* row = pair_kv_row(a, h, it.slot, u == 0);
+    uint8_t* row = pair_kv_row(a, h, it.slot, u == 0, kv_fp8);
     if (row == nullptr) return;
-    if (kind == 1) {
+    if (kv_fp8) {
+      const float f = rn * (kind == 1 ? k.inv_k : k.inv_v);
+      *reinterpret_cast<uint2*>(row + ca * 8) = fp8x8(xa, f);
+      *reinterpret_cast<uint2*>(row + cb * 8) = fp8x8(xb, f);
+    } else {
+      if (kind == 1) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
+        for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
+      }
+      *reinterpret_cast<uint4*>(row + k.chunk_a) = bf16x8(xa);
+      *reinterpret_cast<uint4*>(row + k.chunk_b) = bf16x8(xb);
     }
-    *reinterpret_cast<uint4*>(row + k.chunk_a) = bf16x8(xa);
-    *reinterpret_cast<uint4*>(row + k.chunk_b) = bf16x8(xb);
     return;
   }
   KvDst d;
@@ -276,12 +286,11 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   }
 }
 
-// Resident CTAs per SM asked of the register allocator (kPairMinCtas, above): the bf16 mode and the fp8 mode in
-// block order ask for one more (64 registers, 4 CTAs per SM; uncapped they compile to 65-68 and 70), as the fp8
-// mode in token order compiles to 64 by itself.
+// Resident CTAs per SM asked of the register allocator (kPairMinCtas, above): the specialised modes ask for one
+// more (64 registers, 4 CTAs per SM; uncapped, since session 46 they compile to 64-70).
 template <int kMode, bool kBlocked>
 constexpr int pair_min_ctas() {
-  return pair_whole_warp<kMode>() || (kMode == kModeNeoxFp8 && kBlocked) ? kPairMinCtas + 1 : kPairMinCtas;
+  return kMode != kModeAny ? kPairMinCtas + 1 : kPairMinCtas;
 }
 
 // kBlocked: the walk's block order with 2^walk_block_shift tokens per block (pair_block_tokens() in heuristics.h);
@@ -351,7 +360,7 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode, kBlocke
   while (true) {
     advance();
     const bool more = bt < a.num_tokens;
-    if (more) prefetch_pair_item<D>(a, k, clamp(t), h);
+    if (more) prefetch_pair_item<D, kMode != kModeNeoxFp8>(a, k, clamp(t), h);
     process_pair_item<D, kMode, kBlocked>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
     load_pair_item<D>(a, k, clamp(t), h, A);
