@@ -289,7 +289,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
 
 // Resident CTAs per SM asked of the register allocator (kPairMinCtas, above): the specialised modes ask for one
 // more (64 registers, 4 CTAs per SM; uncapped, since session 46 they compile to 64-70).
-template <int kMode, bool kBlocked>
+template <int kMode>
 constexpr int pair_min_ctas() {
   return kMode != kModeAny ? kPairMinCtas + 1 : kPairMinCtas;
 }
@@ -297,7 +297,7 @@ constexpr int pair_min_ctas() {
 // kBlocked: the walk's block order with 2^walk_block_shift tokens per block (pair_block_tokens() in heuristics.h);
 // false: token-major order (walk_block_shift 0) compiled without the block arithmetic.
 template <int D, int kMode, bool kBlocked>
-__global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode, kBlocked>())
+__global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
     attention_prologue_pair_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 16;  // threads per head, two vectors each
   static_assert(kPrologueThreads % TPH == 0, "a CTA holds whole heads");
