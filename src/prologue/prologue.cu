@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cmath>
 #include <string>
-#include <tuple>
 #include <type_traits>
 
 #include "common/env_switch.h"
@@ -21,7 +20,8 @@ namespace prologue {
 
 namespace {
 
-void check_cache(const char* arg, const void* p, int64_t sb, int64_t st, int64_t sh, int es, int hkv) {
+void check_cache(const char* arg, const void* p, int64_t sb, int64_t st, int64_t sh, int es, int hkv, int block_size,
+                 int head_dim) {
   HK_CHECK(kValue, p != nullptr, arg, "a device pointer", "null");
   HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(p) % 16 == 0, arg, "a 16-byte aligned data pointer",
            "address offset " + std::to_string(reinterpret_cast<uintptr_t>(p) % 16));
@@ -32,6 +32,11 @@ void check_cache(const char* arg, const void* p, int64_t sb, int64_t st, int64_t
     HK_CHECK(kAlignment, (s[i] * es) % 16 == 0, arg, "block / token / head strides that are multiples of 16 bytes",
              "(" + std::to_string(sb) + ", " + std::to_string(st) + ", " + std::to_string(sh) + ") elements");
   }
+  // the pair kernel forms a row's offset inside its block in 32 bits and multiplies a 32-bit block stride
+  const int64_t extent = (static_cast<int64_t>(block_size) - 1) * st + (hkv - 1) * sh + head_dim;  // (one head: 0 * sh)
+  HK_CHECK(kUnsupported, sb < (int64_t{1} << 32) && extent < (int64_t{1} << 31), arg,
+           "a block stride below 2^32 elements and a block's rows within 2^31 elements",
+           "block stride " + std::to_string(sb) + ", rows within " + std::to_string(extent));
 }
 
 }  // namespace
@@ -77,19 +82,12 @@ void validate_attention_prologue(const PrologueParams& p) {
              "16-byte aligned pointers", "address offset " + std::to_string(reinterpret_cast<uintptr_t>(w) % 16));
   }
   const int kv_es = dtype_size(p.kv_dtype);
-  check_cache("k_cache", p.k_cache, p.k_stride_block, p.k_stride_token, p.k_stride_head, kv_es, p.num_kv_heads);
-  check_cache("v_cache", p.v_cache, p.v_stride_block, p.v_stride_token, p.v_stride_head, kv_es, p.num_kv_heads);
+  check_cache("k_cache", p.k_cache, p.k_stride_block, p.k_stride_token, p.k_stride_head, kv_es, p.num_kv_heads,
+              p.block_size, p.head_dim);
+  check_cache("v_cache", p.v_cache, p.v_stride_block, p.v_stride_token, p.v_stride_head, kv_es, p.num_kv_heads,
+              p.block_size, p.head_dim);
   HK_CHECK(kShape, p.num_blocks >= 1 && p.block_size >= 1, "k_cache", "num_blocks >= 1 and block_size >= 1",
            std::to_string(p.num_blocks) + " blocks of " + std::to_string(p.block_size));
-  // the pair kernel forms a row's offset inside its block in 32 bits and multiplies a 32-bit block stride
-  for (const auto& c : {std::make_tuple("k_cache", p.k_stride_block, p.k_stride_token, p.k_stride_head),
-                        std::make_tuple("v_cache", p.v_stride_block, p.v_stride_token, p.v_stride_head)}) {
-    const int64_t sb = std::get<1>(c), st = std::get<2>(c), sh = p.num_kv_heads == 1 ? 0 : std::get<3>(c);
-    const int64_t extent = (static_cast<int64_t>(p.block_size) - 1) * st + (p.num_kv_heads - 1) * sh + p.head_dim;
-    HK_CHECK(kUnsupported, sb < (int64_t{1} << 32) && extent < (int64_t{1} << 31), std::get<0>(c),
-             "a block stride below 2^32 elements and a block's rows within 2^31 elements",
-             "block stride " + std::to_string(sb) + ", rows within " + std::to_string(extent));
-  }
   const int q_es = dtype_size(p.q_out_dtype);
   HK_CHECK(kAlignment,
            reinterpret_cast<uintptr_t>(p.q_out) % 16 == 0 && (p.q_out_stride_token * q_es) % 16 == 0 &&
