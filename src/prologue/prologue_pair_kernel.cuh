@@ -88,9 +88,11 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
 
 // The same item's lines into L1 (prefetch.global.L1: no registers held while they are in flight); the
 // load_pair_item that follows one item later finds them there.
-// kIndexLines: also the position and slot lines. The fp8 mode leaves them to its loads: H200, session 46 call 4
-// (cross-build A/B, f8pf): 0.973x the time at hy3_full fp8 4096 / 32768 tokens, 0.98 at 512, 1.00 at hy3_tp8 (16
-// / 8 SASS instructions fewer in token / block order); the bf16 mode keeps them (not measured without).
+// kIndexLines: also the position and slot lines (kModeAny only). The specialised modes leave them to their loads:
+// H200, cross-build A/Bs, the fp8 mode in session 46 call 4 (f8pf): 0.973x the time at hy3_full fp8 4096 / 32768
+// tokens, 0.98 at 512, 1.00 at hy3_tp8 (16 / 8 SASS instructions fewer in token / block order); the bf16 mode in
+// session 47 call 1 (pfall): 0.978-0.985x at hy3_full 512-32768, 0.983 at hy3_tp8 4096, 1.00 elsewhere (8
+// instructions fewer in token order, 60-63 registers).
 template <int D, bool kIndexLines = true>
 __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
   const uint8_t* head = pair_item_head<D>(a, k, t, h);
@@ -143,9 +145,9 @@ __device__ __forceinline__ float norm_weights(float (&xa)[8], float (&xb)[8], co
 
 // The cache row (bytes) of K / V head h for a slot, or null for a padding slot (-1) or one out of range (counted
 // once per token): kv_row's element index with 32-bit offsets inside a block (the host checks that a block's rows
-// lie within 2^31 elements and its stride below 2^32) and one wide multiply for the block. The specialised modes'
-// form: H200, session 46, it took 0.4-1.4% off the bf16 mode's times (call 1, sx against sxw) and 0.1-0.5% off
-// the fp8 mode's (call 4, f8both against f8pf).
+// lie within 2^31 elements and its stride below 2^32) and one wide multiply for the block; every mode's form
+// (kModeAny's since session 47). H200, session 46: it took 0.4-1.4% off the bf16 mode's times (call 1, sx against
+// sxw) and 0.1-0.5% off the fp8 mode's (call 4, f8both against f8pf).
 __device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane,
                                                 bool kv_fp8) {
   if (slot == -1) return nullptr;
@@ -253,37 +255,20 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     }
     return;
   }
-  if constexpr (kMode != kModeAny) {  // the specialised modes: K / V rows in 32-bit offsets (pair_kv_row)
-    if (skip) return;
-    uint8_t* row = pair_kv_row(a, h, it.slot, u == 0, kv_fp8);
-    if (row == nullptr) return;
-    if (kv_fp8) {
-      const float f = rn * (kind == 1 ? k.inv_k : k.inv_v);
-      *reinterpret_cast<uint2*>(row + ca * 8) = fp8x8(xa, f);
-      *reinterpret_cast<uint2*>(row + cb * 8) = fp8x8(xb, f);
-    } else {
-      if (kind == 1) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
-      }
-      *reinterpret_cast<uint4*>(row + k.chunk_a) = bf16x8(xa);
-      *reinterpret_cast<uint4*>(row + k.chunk_b) = bf16x8(xb);
-    }
-    return;
-  }
-  KvDst d;
-  if (!kv_row(a, h, it.slot, u == 0, d)) return;
+  if (skip) return;
+  uint8_t* row = pair_kv_row(a, h, it.slot, u == 0, kv_fp8);
+  if (row == nullptr) return;
   if (kv_fp8) {
     const float f = rn * (kind == 1 ? k.inv_k : k.inv_v);
-    *reinterpret_cast<uint2*>(d.cache + d.idx + ca * 8) = fp8x8(xa, f);
-    *reinterpret_cast<uint2*>(d.cache + d.idx + cb * 8) = fp8x8(xb, f);
+    *reinterpret_cast<uint2*>(row + ca * 8) = fp8x8(xa, f);
+    *reinterpret_cast<uint2*>(row + cb * 8) = fp8x8(xb, f);
   } else {
     if (kind == 1) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
     }
-    *reinterpret_cast<uint4*>(d.cache + (d.idx + ca * 8) * 2) = bf16x8(xa);
-    *reinterpret_cast<uint4*>(d.cache + (d.idx + cb * 8) * 2) = bf16x8(xb);
+    *reinterpret_cast<uint4*>(row + k.chunk_a) = bf16x8(xa);
+    *reinterpret_cast<uint4*>(row + k.chunk_b) = bf16x8(xb);
   }
 }
 
@@ -361,7 +346,7 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
   while (true) {
     advance();
     const bool more = bt < a.num_tokens;
-    if (more) prefetch_pair_item<D, kMode != kModeNeoxFp8>(a, k, clamp(t), h);
+    if (more) prefetch_pair_item<D, kMode == kModeAny>(a, k, clamp(t), h);
     process_pair_item<D, kMode, kBlocked>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
     load_pair_item<D>(a, k, clamp(t), h, A);
