@@ -184,7 +184,7 @@ void attention_prologue(const PrologueParams& p) {
   const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
   // the pair kernel's item path (pair_mode() in heuristics.h, CPU-tested)
   const int mode = pair_mode(a.is_neox != 0, a.q_fp8 != 0, a.kv_fp8 != 0, a.q_w != nullptr || a.k_w != nullptr,
-                             a.w_f32 != 0);
+                             a.w_f32 != 0, p.head_dim, p.rotary_dim);
   auto launch_pair = [&](auto d, auto m, auto blocked) {
     constexpr int D = decltype(d)::value, M = decltype(m)::value;
     constexpr bool B = decltype(blocked)::value;

@@ -123,10 +123,18 @@ def test_styles_orders_head_dims(d, is_neox, norm):
     run_case(d=d, is_neox=is_neox, norm=norm, seed=d + is_neox)
 
 
-@pytest.mark.parametrize("d,rot", [(128, 64), (64, 32), (256, 128), (128, 16)])
+# (128, 96): rotary_dim / 16 does not divide head_dim / 16, so the pair kernel takes its generic path
+# (pair_mode() in heuristics.h); the others run its specialised paths where it runs
+@pytest.mark.parametrize("d,rot", [(128, 64), (64, 32), (256, 128), (128, 16), (128, 96)])
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 def test_partial_rotary(d, rot, is_neox):
     run_case(d=d, rot=rot, is_neox=is_neox, seed=rot)
+
+
+@pytest.mark.parametrize("d,rot", [(128, 64), (256, 64), (128, 96)])
+def test_partial_rotary_fp8(d, rot):
+    """Partial rotary with the fp8 query and cache (the fp8 item path's stores of the second chunk)."""
+    run_case(d=d, rot=rot, kv_dtype=FP8, q_dtype=FP8, seed=rot + 1)
 
 
 @pytest.mark.parametrize("kv_dtype,q_dtype", [(BF16, BF16), (FP8, FP8), (FP8, BF16), (BF16, FP8)],

@@ -23,10 +23,13 @@ inline bool use_pair_kernel(int64_t vectors) { return vectors >= kPairKernelMinV
 // 0.95-0.98x the time from 4096 tokens, bf16 0.98-1.01x.
 constexpr int kModeAny = 0, kModeNeoxBf16 = 1, kModeNeoxFp8 = 2;
 
-// The item path of a call: the specialised ones need NeoX, equal q and cache dtypes, and bf16 norm weights or
-// none (their weight loads assume 16-byte chunks of 8 bf16 values); everything else runs kModeAny.
-inline int pair_mode(bool neox, bool q_fp8, bool kv_fp8, bool has_norm_weights, bool norm_weights_f32) {
-  if (!neox || (has_norm_weights && norm_weights_f32) || q_fp8 != kv_fp8) return kModeAny;
+// The item path of a call: the specialised ones need NeoX, equal q and cache dtypes, bf16 norm weights or none
+// (their weight loads assume 16-byte chunks of 8 bf16 values), and full rotary (their threads hold chunks c and
+// c + head_dim / 16, a compile-time distance); everything else runs kModeAny.
+inline int pair_mode(bool neox, bool q_fp8, bool kv_fp8, bool has_norm_weights, bool norm_weights_f32, int head_dim,
+                     int rotary_dim) {
+  const bool paired = rotary_dim == head_dim;
+  if (!neox || (has_norm_weights && norm_weights_f32) || q_fp8 != kv_fp8 || !paired) return kModeAny;
   return q_fp8 ? kModeNeoxFp8 : kModeNeoxBf16;
 }
 
