@@ -35,14 +35,25 @@ namespace prologue {
 // pair_min_ctas() below).
 constexpr int kPairMinCtas = 3;
 
-// NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s
+// NeoX on a pair of vectors that are each other's rotate-half partners: x_a = x_a c - x_b s, x_b = x_b c + x_a s.
+// kHalf > 0: the sin lies kHalf elements after the cos (sp unused), an immediate offset in either table format.
+template <int kHalf = 0>
 __device__ __forceinline__ void rope_neox_pair(float (&xa)[8], float (&xb)[8], const uint8_t* cp, const uint8_t* sp,
                                                int f32) {
-  for_cos_sin8(cp, sp, f32, [&](int i, float c, float s) {
+  auto rot = [&](int i, float c, float s) {
     const float a0 = xa[i], b0 = xb[i];
     xa[i] = a0 * c - b0 * s;
     xb[i] = b0 * c + a0 * s;
-  });
+  };
+  if constexpr (kHalf > 0) {
+    if (f32) {
+      for_cos_sin8(cp, cp + kHalf * 4, 1, rot);
+    } else {
+      for_cos_sin8(cp, cp + kHalf * 2, 0, rot);
+    }
+  } else {
+    for_cos_sin8(cp, sp, f32, rot);
+  }
 }
 
 // One item: a thread's two vectors of one head of one token, and the token's position and cache slot.
@@ -94,11 +105,16 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
 // tokens, 0.98 at 512, 1.00 at hy3_tp8 (16 / 8 SASS instructions fewer in token / block order); the bf16 mode in
 // session 47 call 1 (pfall): 0.978-0.985x at hy3_full 512-32768, 0.983 at hy3_tp8 4096, 1.00 elsewhere (8
 // instructions fewer in token order, 60-63 registers).
-template <int D, bool kIndexLines = true>
+// kFull: full rotary (the specialised modes): the second chunk lies D bytes after the first, an immediate offset.
+template <int D, bool kIndexLines = true, bool kFull = false>
 __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
   const uint8_t* head = pair_item_head<D>(a, k, t, h);
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_a));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_b));
+  if constexpr (kFull) {
+    asm volatile("prefetch.global.L1 [%0+%1];" ::"l"(head + k.chunk_a), "n"(D));
+  } else {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_b));
+  }
   if (!kIndexLines) return;
   const uint32_t tu = static_cast<uint32_t>(t);
   const void* pos = a.positions_64 ? static_cast<const void*>(static_cast<const int64_t*>(a.positions) + tu)
@@ -224,9 +240,10 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
         static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(pos) * k.cs_row_bytes;
     if (has_w && a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
     if (neox) {
-      if (kMode != kModeAny || u < r16) {  // (the specialised modes: full rotary, pair_mode())
-        const uint32_t half_bytes = static_cast<uint32_t>(kMode != kModeAny ? D / 2 : a.rotary_dim / 2) *
-                                    (a.cos_sin_f32 ? 4u : 2u);  // uniform
+      if constexpr (kMode != kModeAny) {  // full rotary (pair_mode()): the sin D / 2 elements after the cos
+        rope_neox_pair<D / 2>(xa, xb, row + k.cs_c, nullptr, a.cos_sin_f32);
+      } else if (u < r16) {
+        const uint32_t half_bytes = static_cast<uint32_t>(a.rotary_dim / 2) * (a.cos_sin_f32 ? 4u : 2u);  // uniform
         rope_neox_pair(xa, xb, row + k.cs_c, row + k.cs_c + half_bytes, a.cos_sin_f32);
       }
     } else {
@@ -354,7 +371,7 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
   while (true) {
     advance();
     const bool more = bt < a.num_tokens;
-    if (more) prefetch_pair_item<D, kMode == kModeAny>(a, k, clamp(t), h);
+    if (more) prefetch_pair_item<D, kMode == kModeAny, kMode != kModeAny>(a, k, clamp(t), h);
     process_pair_item<D, kMode, kBlocked>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
     load_pair_item<D>(a, k, clamp(t), h, A);
