@@ -65,11 +65,12 @@ def n_padding(tokens: int) -> int:
 
 
 def prologue_bytes(tokens: int, hq: int, hkv: int, d: int, dtype: str, n_valid: int | None = None,
-                   rotary: int = ROTARY) -> dict:
+                   rotary: int | None = None) -> dict:
     """HBM bytes of one prologue call. Read: QKV rows, positions, slots, the cos/sin rows of the positions (upper
     bound: all distinct), norm weights. Written: q (bf16; or fp8 + an fp32 scale per token and head), K and V rows
     of the real tokens into the cache."""
     n_valid = tokens if n_valid is None else n_valid
+    rotary = ROTARY if rotary is None else rotary
     read = tokens * ((hq + 2 * hkv) * d * 2 + POS_BYTES + SLOT_BYTES + rotary * 4) + 2 * d * 2
     q_bytes = tokens * hq * d * 2 if dtype == "bf16" else tokens * hq * (d + 4)
     write = q_bytes + 2 * n_valid * hkv * d * ELEM_BYTES[dtype]
@@ -789,6 +790,8 @@ def parse_args(argv=None):
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--tokens", default=None, help=f"default {','.join(map(str, TOKENS))}")
     ap.add_argument("--cache-layout", default="separate", choices=("separate", "joint"))
+    ap.add_argument("--rotary", type=int, default=ROTARY,
+                    help=f"rotary_dim of the cos/sin table (default {ROTARY}: full rotary at head dim 128)")
     ap.add_argument("--no-step", dest="step", action="store_false", help="skip the decode-step section")
     ap.add_argument("--step-impls", default=",".join(STEP_IMPLS))
     ap.add_argument("--step-dtypes", default=",".join(DTYPES))
@@ -807,7 +810,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    global ROTARY
     args = parse_args(argv)
+    ROTARY = args.rotary
     scn_path = decode_bench.find_scenarios(args.scenarios)
     scns = decode_bench.load_scenarios(scn_path, args.quick) if args.step else {}
     if args.step:
