@@ -184,26 +184,34 @@ void attention_prologue(const PrologueParams& p) {
   const bool pair = forced == 0 ? use_pair_kernel(threads) : forced == 2;
   // the pair kernel's item path (pair_mode() in heuristics.h, CPU-tested)
   const int mode = pair_mode(a.is_neox != 0, a.q_fp8 != 0, a.kv_fp8 != 0, a.q_w != nullptr || a.k_w != nullptr,
-                             a.w_f32 != 0, p.head_dim, p.rotary_dim);
-  auto launch_pair = [&](auto d, auto m, auto blocked) {
+                             a.w_f32 != 0);
+  auto launch_pair = [&](auto d, auto m, auto blocked, auto full) {
     constexpr int D = decltype(d)::value, M = decltype(m)::value;
-    constexpr bool B = decltype(blocked)::value;
+    constexpr bool B = decltype(blocked)::value, F = decltype(full)::value;
     // the pair kernel loops over its items on at most one resident wave (occupancy measured once per device)
     static std::atomic<int> resident[kMaxDevices] = {};
-    const int res = resident_ctas(attention_prologue_pair_kernel<D, M, B>, kPrologueThreads, 0, resident,
+    const int res = resident_ctas(attention_prologue_pair_kernel<D, M, B, F>, kPrologueThreads, 0, resident,
                                   "attention_prologue_pair_kernel");
     const unsigned g = grid_pair < static_cast<unsigned>(res) ? grid_pair : static_cast<unsigned>(res);
     const PairWalkStep st = pair_walk_step(g, kPrologueThreads, D, a.hq, a.hkv, 1 << a.walk_block_shift);
     a.walk_step_tokens = st.tokens, a.walk_step_heads = st.heads;
-    launch_with_pdl(attention_prologue_pair_kernel<D, M, B>, dim3(g), dim3(kPrologueThreads), 0, p.stream, a);
+    launch_with_pdl(attention_prologue_pair_kernel<D, M, B, F>, dim3(g), dim3(kPrologueThreads), 0, p.stream, a);
   };
-  // the specialised modes in both orders; kModeAny (GPT-J, mixed dtypes, float32 weights) walks the block order
-  // only, which covers token order too (one token per block)
-  auto launch_fast = [&](auto d, auto m) {
+  // the specialised modes in both orders, full rotary or not (pair_full_rotary() in heuristics.h); kModeAny (GPT-J,
+  // mixed dtypes, float32 weights) walks the block order only, which covers token order too (one token per block)
+  const bool full_rotary = pair_full_rotary(p.head_dim, p.rotary_dim);
+  auto launch_fast_order = [&](auto d, auto m, auto full) {
     if (a.walk_block_shift == 0) {
-      launch_pair(d, m, std::false_type{});
+      launch_pair(d, m, std::false_type{}, full);
     } else {
-      launch_pair(d, m, std::true_type{});
+      launch_pair(d, m, std::true_type{}, full);
+    }
+  };
+  auto launch_fast = [&](auto d, auto m) {
+    if (full_rotary) {
+      launch_fast_order(d, m, std::true_type{});
+    } else {
+      launch_fast_order(d, m, std::false_type{});
     }
   };
   auto launch = [&](auto d) {
@@ -215,7 +223,7 @@ void attention_prologue(const PrologueParams& p) {
     switch (mode) {
       case kModeNeoxBf16: launch_fast(d, std::integral_constant<int, kModeNeoxBf16>{}); break;
       case kModeNeoxFp8: launch_fast(d, std::integral_constant<int, kModeNeoxFp8>{}); break;
-      default: launch_pair(d, std::integral_constant<int, kModeAny>{}, std::true_type{}); break;
+      default: launch_pair(d, std::integral_constant<int, kModeAny>{}, std::true_type{}, std::false_type{}); break;
     }
   };
   // one list of supported head dims; the default branch reports the value (validation catches it first)

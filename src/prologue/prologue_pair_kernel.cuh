@@ -4,9 +4,9 @@
 // ca(u) and cb(u), chosen so that under NeoX RoPE every element's rotate-half partner sits in the same thread:
 //   u <  r/16:  ca = u,                 cb = u + r/16                 (rotated dims: e and e + r/2)
 //   u >= r/16:  ca = r/8 + v,           cb = r/8 + (D - r)/16 + v     (v = u - r/16: dims past r, any pairing)
-// with r = rotary_dim (a multiple of 16, checked on the host); at full rotary (r = D, the only one the specialised
-// modes run) that is ca = u, cb = u + D/16. GPT-J pairs are adjacent elements of one vector, so the same
-// assignment serves it. Against one vector per thread (prologue_kernel.cuh) this removes the eight
+// with r = rotary_dim (a multiple of 16, checked on the host); at full rotary (r = D) that is ca = u, cb = u + D/16,
+// which the specialised modes' full-rotary kernels (kFull) fold in at compile time. GPT-J pairs are adjacent
+// elements of one vector, so the same assignment serves it. Against one vector per thread (prologue_kernel.cuh) this removes the eight
 // partner shuffles, loads each cos / sin row segment once for both vectors, computes the token, head, position
 // and cache slot once per two vectors, and the norm and FP8 amax reductions span half as many lanes. A warp's
 // loads stay inside whole heads (each 16-byte chunk of a head is read by exactly one thread).
@@ -105,7 +105,7 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
 // tokens, 0.98 at 512, 1.00 at hy3_tp8 (16 / 8 SASS instructions fewer in token / block order); the bf16 mode in
 // session 47 call 1 (pfall): 0.978-0.985x at hy3_full 512-32768, 0.983 at hy3_tp8 4096, 1.00 elsewhere (8
 // instructions fewer in token order, 60-63 registers).
-// kFull: full rotary (the specialised modes): the second chunk lies D bytes after the first, an immediate offset.
+// kFull: full rotary (a specialised mode's kernel): the second chunk lies D bytes after the first, an immediate.
 template <int D, bool kIndexLines = true, bool kFull = false>
 __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
   const uint8_t* head = pair_item_head<D>(a, k, t, h);
@@ -200,7 +200,7 @@ constexpr bool pair_whole_warp() {
 // include/hopperkit/prologue/heuristics.h, one kernel variant each (one kernel holding all three loops spilled
 // 28 bytes at the 80-register cap). The specialised ones still read every other option at run time.
 
-template <int D, int kMode, bool kBlocked>
+template <int D, int kMode, bool kBlocked, bool kFull>
 __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const PairConsts& k,
                                                   const PairItem& it, int u, int ca, int cb, int r16,
                                                   unsigned mask) {
@@ -240,7 +240,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
         static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(pos) * k.cs_row_bytes;
     if (has_w && a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
     if (neox) {
-      if constexpr (kMode != kModeAny) {  // full rotary (pair_mode()): the sin D / 2 elements after the cos
+      if constexpr (kFull) {  // full rotary: the sin D / 2 elements after the cos
         rope_neox_pair<D / 2>(xa, xb, row + k.cs_c, nullptr, a.cos_sin_f32);
       } else if (u < r16) {
         const uint32_t half_bytes = static_cast<uint32_t>(a.rotary_dim / 2) * (a.cos_sin_f32 ? 4u : 2u);  // uniform
@@ -303,7 +303,7 @@ constexpr int pair_min_ctas() {
 
 // kBlocked: the walk's block order with 2^walk_block_shift tokens per block (pair_block_tokens() in heuristics.h);
 // false: token-major order (walk_block_shift 0) compiled without the block arithmetic.
-template <int D, int kMode, bool kBlocked>
+template <int D, int kMode, bool kBlocked, bool kFull>
 __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
     attention_prologue_pair_kernel(const PrologueArgs a) {
   constexpr int TPH = D / 16;  // threads per head, two vectors each
@@ -327,12 +327,12 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
   int t = bt + (r & tmask), h = r >> shift;
   const int u = threadIdx.x % TPH;
   const int r16 = a.rotary_dim / 16;
-  // the chunks of the header's table; the specialised modes run full rotary only (pair_mode() in heuristics.h), so
-  // their cb is ca + D / 16 at compile time and the second chunk's addresses are the first's plus an immediate
-  // (H200, session 47 call 2: 0.94-0.98x the time for the fp8 mode from 4096 tokens, 64-72 SASS instructions fewer)
-  constexpr bool kSpec = kMode != kModeAny;
-  const int ca = kSpec || u < r16 ? u : 2 * r16 + (u - r16);
-  const int cb = kSpec ? u + TPH : (u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16));
+  // the chunks of the header's table; at full rotary (kFull, pair_full_rotary() in heuristics.h) cb is ca + D / 16
+  // at compile time and the second chunk's addresses are the first's plus an immediate (H200, session 47 call 2:
+  // 0.94-0.98x the time for the fp8 mode from 4096 tokens, 64-72 SASS instructions fewer)
+  static_assert(!kFull || kMode != kModeAny, "full rotary is a specialised mode's form");
+  const int ca = kFull || u < r16 ? u : 2 * r16 + (u - r16);
+  const int cb = kFull ? u + TPH : (u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16));
   PairConsts k;
   k.qkv_row_bytes = static_cast<uint32_t>(a.qkv_stride) * 2u;  // < 2^32: checked on the host
   k.chunk_a = static_cast<uint32_t>(ca) * 16u;
@@ -371,8 +371,8 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
   while (true) {
     advance();
     const bool more = bt < a.num_tokens;
-    if (more) prefetch_pair_item<D, kMode == kModeAny, kMode != kModeAny>(a, k, clamp(t), h);
-    process_pair_item<D, kMode, kBlocked>(a, k, A, u, ca, cb, r16, mask);
+    if (more) prefetch_pair_item<D, kMode == kModeAny, kFull>(a, k, clamp(t), h);
+    process_pair_item<D, kMode, kBlocked, kFull>(a, k, A, u, ca, cb, r16, mask);
     if (!more) break;
     load_pair_item<D>(a, k, clamp(t), h, A);
     A.t = t;

@@ -31,27 +31,33 @@ TEST(PrologueHeuristics, MeasuredPointsFallOnTheirSide) {
   EXPECT_LT(kPairKernelMinVectors, 2 * wave);
 }
 
+TEST(PrologueHeuristics, FullRotaryKernel) {
+  // the specialised modes' full-rotary kernels run only where every element is rotated
+  EXPECT_TRUE(pair_full_rotary(128, 128));
+  EXPECT_TRUE(pair_full_rotary(64, 64));
+  EXPECT_TRUE(pair_full_rotary(256, 256));
+  EXPECT_FALSE(pair_full_rotary(128, 64));
+  EXPECT_FALSE(pair_full_rotary(128, 96));
+  EXPECT_FALSE(pair_full_rotary(256, 128));
+  EXPECT_FALSE(pair_full_rotary(64, 16));
+}
+
 TEST(PrologueHeuristics, PairModes) {
   // the two specialised paths: NeoX, q and cache both bf16 or both fp8, bf16 norm weights or none
-  EXPECT_EQ(pair_mode(true, false, false, true, false, 128, 128), kModeNeoxBf16);
-  EXPECT_EQ(pair_mode(true, true, true, true, false, 128, 128), kModeNeoxFp8);
-  EXPECT_EQ(pair_mode(true, false, false, false, false, 128, 128), kModeNeoxBf16);
+  EXPECT_EQ(pair_mode(true, false, false, true, false), kModeNeoxBf16);
+  EXPECT_EQ(pair_mode(true, true, true, true, false), kModeNeoxFp8);
+  EXPECT_EQ(pair_mode(true, false, false, false, false), kModeNeoxBf16);
   // no weights: their dtype does not matter
-  EXPECT_EQ(pair_mode(true, true, true, false, true, 128, 128), kModeNeoxFp8);
+  EXPECT_EQ(pair_mode(true, true, true, false, true), kModeNeoxFp8);
   // everything else is generic: GPT-J, mixed q / cache dtypes, float32 weights
   for (int q = 0; q < 2; ++q)
     for (int kv = 0; kv < 2; ++kv)
       for (int w = 0; w < 2; ++w)
         for (int f32 = 0; f32 < 2; ++f32) {
           const bool special = q == kv && !(w && f32);
-          EXPECT_EQ(pair_mode(false, q, kv, w, f32, 128, 128), kModeAny);
-          EXPECT_EQ(pair_mode(true, q, kv, w, f32, 128, 128) != kModeAny, special) << q << kv << w << f32;
+          EXPECT_EQ(pair_mode(false, q, kv, w, f32), kModeAny);
+          EXPECT_EQ(pair_mode(true, q, kv, w, f32) != kModeAny, special) << q << kv << w << f32;
         }
-  // partial rotary runs the generic path
-  EXPECT_EQ(pair_mode(true, true, true, true, false, 128, 64), kModeAny);
-  EXPECT_EQ(pair_mode(true, false, false, true, false, 256, 64), kModeAny);
-  EXPECT_EQ(pair_mode(true, true, true, true, false, 64, 64), kModeNeoxFp8);
-  EXPECT_EQ(pair_mode(true, false, false, true, false, 256, 256), kModeNeoxBf16);
 }
 
 namespace {

@@ -123,8 +123,8 @@ def test_styles_orders_head_dims(d, is_neox, norm):
     run_case(d=d, is_neox=is_neox, norm=norm, seed=d + is_neox)
 
 
-# (128, 96): rotary_dim / 16 does not divide head_dim / 16, so the pair kernel takes its generic path
-# (pair_mode() in heuristics.h); the others run its specialised paths where it runs
+# partial rotary: the pair kernel's specialised modes run their general-chunk-map kernels (pair_full_rotary() in
+# heuristics.h), with (128, 96) a rotary width that is not a power-of-two share of the head
 @pytest.mark.parametrize("d,rot", [(128, 64), (64, 32), (256, 128), (128, 16), (128, 96)])
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 def test_partial_rotary(d, rot, is_neox):

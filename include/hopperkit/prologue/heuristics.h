@@ -23,15 +23,19 @@ inline bool use_pair_kernel(int64_t vectors) { return vectors >= kPairKernelMinV
 // 0.95-0.98x the time from 4096 tokens, bf16 0.98-1.01x.
 constexpr int kModeAny = 0, kModeNeoxBf16 = 1, kModeNeoxFp8 = 2;
 
-// The item path of a call: the specialised ones need NeoX, equal q and cache dtypes, bf16 norm weights or none
-// (their weight loads assume 16-byte chunks of 8 bf16 values), and full rotary (their threads hold chunks c and
-// c + head_dim / 16, a compile-time distance); everything else runs kModeAny.
-inline int pair_mode(bool neox, bool q_fp8, bool kv_fp8, bool has_norm_weights, bool norm_weights_f32, int head_dim,
-                     int rotary_dim) {
-  const bool paired = rotary_dim == head_dim;
-  if (!neox || (has_norm_weights && norm_weights_f32) || q_fp8 != kv_fp8 || !paired) return kModeAny;
+// The item path of a call: the specialised ones need NeoX, equal q and cache dtypes, and bf16 norm weights or
+// none (their weight loads assume 16-byte chunks of 8 bf16 values); everything else runs kModeAny.
+inline int pair_mode(bool neox, bool q_fp8, bool kv_fp8, bool has_norm_weights, bool norm_weights_f32) {
+  if (!neox || (has_norm_weights && norm_weights_f32) || q_fp8 != kv_fp8) return kModeAny;
   return q_fp8 ? kModeNeoxFp8 : kModeNeoxBf16;
 }
+
+// Whether a specialised mode runs its full-rotary kernel (rotary_dim == head_dim): thread u of a head holds chunks u
+// and u + head_dim / 16, so the second chunk's addresses and the sin are the first's plus immediates. H200, session
+// 47 (cross-build A/B): the fp8 mode 0.94-0.98x the time from 4096 tokens against the general chunk map, bf16
+// 0.985-1.00. Partial rotary keeps the general map in its own kernel: on the generic path (kModeAny) it took
+// 1.04-1.14x the time (call 4, rotary_dim 64 at head dim 128).
+inline bool pair_full_rotary(int head_dim, int rotary_dim) { return rotary_dim == head_dim; }
 
 // The pair kernel's head order (prologue_pair_kernel.cuh): how many tokens form one block of its walk. A warp holds
 // 32 / (head_dim / 16) heads. In token-major order (1 token per block) a warp takes the next heads whatever their
