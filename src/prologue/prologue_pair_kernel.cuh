@@ -6,10 +6,10 @@
 //   u >= r/16:  ca = r/8 + v,           cb = r/8 + (D - r)/16 + v     (v = u - r/16: dims past r, any pairing)
 // with r = rotary_dim (a multiple of 16, checked on the host); at full rotary (r = D) that is ca = u, cb = u + D/16,
 // which the specialised modes' full-rotary kernels (kFull) fold in at compile time. GPT-J pairs are adjacent
-// elements of one vector, so the same assignment serves it. Against one vector per thread (prologue_kernel.cuh) this removes the eight
-// partner shuffles, loads each cos / sin row segment once for both vectors, computes the token, head, position
-// and cache slot once per two vectors, and the norm and FP8 amax reductions span half as many lanes. A warp's
-// loads stay inside whole heads (each 16-byte chunk of a head is read by exactly one thread).
+// elements of one vector, so the same assignment serves it. Against one vector per thread (prologue_kernel.cuh)
+// this removes the eight partner shuffles, loads each cos / sin row segment once for both vectors, computes the
+// token, head, position and cache slot once per two vectors, and the norm and FP8 amax reductions span half as many
+// lanes. A warp's loads stay inside whole heads (each 16-byte chunk of a head is read by exactly one thread).
 #pragma once
 
 #include "hopperkit/prologue/heuristics.h"
