@@ -210,7 +210,8 @@ struct KvDst {
   int64_t idx;     // element index of the row
   float inv;       // fp8: 1 / the cache's scale
 };
-// The row only (d.inv left unset): for kernels that hoist the cache scales out of their item loop.
+// The row only (d.inv left unset; kv_destination adds it). The pair kernel forms the same row in 32-bit offsets
+// (pair_kv_row, prologue_pair_kernel.cuh).
 __device__ __forceinline__ bool kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane, KvDst& d) {
   if (slot == -1) return false;  // padding token
   if (slot < 0 || slot >= a.num_slots) {
