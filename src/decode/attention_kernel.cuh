@@ -636,8 +636,8 @@ __device__ __forceinline__ float merge_round_max(float mx, const float (&lse)[G]
   for (int i = 0; i < G; ++i) cm = fmaxf(cm, lse[i]);
   return cm;
 }
-// The max the weights are taken against: 0 while no piece had a finite LSE (all weights 0).
-__device__ __forceinline__ float merge_ref(float mx) { return mx == -INFINITY ? 0.f : mx; }
+// The max that exp2 weights are taken against (softmax rows, merges): 0 while no value was finite (all weights 0).
+__device__ __forceinline__ float ref_max(float mx) { return mx == -INFINITY ? 0.f : mx; }
 
 // merge_slots' f16 path (FP8 KV): a half-warp per row, each lane 8 consecutive dims (16-byte loads of f16, half
 // the load instructions and exp2s of 4 dims per lane). The warp's R rows per pass are the float path's (rb + j x
@@ -709,7 +709,7 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
 #pragma unroll
       for (int j = 0; j < RH; ++j) {
         const float cm = merge_round_max<G>(mx[j], lse[j]);
-        const float m_use = merge_ref(cm);
+        const float m_use = ref_max(cm);
         const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
         wsum[j] *= keep;
 #pragma unroll
@@ -739,6 +739,7 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
     for (int j = 0; j < RH; ++j) {
       const int r = rb + (2 * j + hw) * kConsumerWarps;
       if (r >= rows) continue;
+      // (inline, not ref_max: that form changes fp8_r16's SASS and has not run on a device)
       const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
       const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
       const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
@@ -827,7 +828,7 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
 #pragma unroll
         for (int j = 0; j < R; ++j) {
           const float cm = merge_round_max<G>(mx[j], lse[j]);
-          const float m_use = merge_ref(cm);
+          const float m_use = ref_max(cm);
           const float keep = ptx::exp2_approx(mx[j] - m_use);  // rescale what was accumulated so far
           wsum[j] *= keep;
 #pragma unroll
@@ -850,7 +851,7 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
       for (int j = 0; j < R; ++j) {
         const int r = rb + j * kConsumerWarps;
         if (r >= rows) continue;
-        const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
+        const float m_use = ref_max(mx[j]);
         const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
         const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
         if (final) {
@@ -1362,7 +1363,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
                 cur[j][c] = cur[j][2 + c] = 0.f;
                 continue;
               }
-              const float r_use = ref[j][c] == -INFINITY ? 0.f : ref[j][c];
+              const float r_use = ref_max(ref[j][c]);
               cur[j][c] = ptx::exp2_approx(cur[j][c] - r_use);
               cur[j][2 + c] = ptx::exp2_approx(cur[j][2 + c] - r_use);
               psum[j][c] = cur[j][c] + cur[j][2 + c];
@@ -1402,7 +1403,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
             for (int hh = 0; hh < 2; ++hh) {
               const float4 r4 = *reinterpret_cast<const float4*>(rb + (16 * mt + 8 * hh + g) * kConsumerWarps);
               const float mn = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
-              const float mu = mn == -INFINITY ? 0.f : mn;
+              const float mu = ref_max(mn);
               const float al = ptx::exp2_approx(m_row[mt][hh] - mu);
               m_row[mt][hh] = mn;
               const float f0 = ptx::exp2_approx(r4.x - mu), f1 = ptx::exp2_approx(r4.y - mu);
@@ -1423,7 +1424,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
               for (int c = 0; c < 2; ++c) {
                 const float4 r4 = *reinterpret_cast<const float4*>(rb + (8 * j + 2 * t4 + c) * kConsumerWarps);
                 const float mn = fmaxf(fmaxf(r4.x, r4.y), fmaxf(r4.z, r4.w));
-                const float mu = mn == -INFINITY ? 0.f : mn;
+                const float mu = ref_max(mn);
                 l_c[j][c] = l_c[j][c] * ptx::exp2_approx(m_c[j][c] - mu) +
                             psum[j][c] * ptx::exp2_approx(ref[j][c] - mu);
                 m_c[j][c] = mn;
@@ -1515,7 +1516,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // (T::kWg2: O's rescale is left to the caller, in alpha_d: P V of the previous tile is still in flight on O)
     float alpha_d[MT][2];
     auto finish_row = [&](float (&s)[MT][NT][4], int mt, int hh, float m_new) {
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float m_use = ref_max(m_new);
       const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
       m_run[mt][hh] = m_new;
       float rowsum = 0.f;
@@ -2186,7 +2187,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           const float m1 = hb[(64 + hh) * 128 + ctid];
           const float l1 = hb[(66 + hh) * 128 + ctid];
           const float mx = fmaxf(m_run[0][hh], m1);
-          const float m_use = mx == -INFINITY ? 0.f : mx;
+          const float m_use = ref_max(mx);
           const float f0 = ptx::exp2_approx(m_run[0][hh] - m_use);
           const float f1 = ptx::exp2_approx(m1 - m_use);
           m_run[0][hh] = mx;
@@ -2278,7 +2279,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
         float mx = -INFINITY;
 #pragma unroll
         for (int t2 = 0; t2 < T::TW; ++t2) mx = fmaxf(mx, mml[((g * T::TW + t2) * 16 + rl) * 2]);
-        const float m_use = mx == -INFINITY ? 0.f : mx;
+        const float m_use = ref_max(mx);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         float lsum = 0.f;
 #pragma unroll
