@@ -1515,6 +1515,17 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
     // rescale once the row's new max is known.
     // (T::kWg2: O's rescale is left to the caller, in alpha_d: P V of the previous tile is still in flight on O)
     float alpha_d[MT][2];
+    // O's columns of row (mt, hh) times alpha, skipped when no lane's factor moved (the running max rarely moves
+    // after a few tiles)
+    auto rescale_o_row = [&](int mt, int hh, float alpha) {
+      if (__any_sync(0xffffffffu, alpha != 1.f)) {
+  #pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          o[mt][n][hh * 2] *= alpha;
+          o[mt][n][hh * 2 + 1] *= alpha;
+        }
+      }
+    };
     auto finish_row = [&](float (&s)[MT][NT][4], int mt, int hh, float m_new) {
       const float m_use = ref_max(m_new);
       const float alpha = ptx::exp2_approx(m_run[mt][hh] - m_use);
@@ -1532,12 +1543,8 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
       l_run[mt][hh] = l_run[mt][hh] * alpha + rowsum;
       if constexpr (T::kWg2) {
         alpha_d[mt][hh] = alpha;
-      } else if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
-  #pragma unroll
-        for (int n = 0; n < 16; ++n) {
-          o[mt][n][hh * 2] *= alpha;
-          o[mt][n][hh * 2 + 1] *= alpha;
-        }
+      } else {
+        rescale_o_row(mt, hh, alpha);
       }
     };
     // this lane's max of row (mt, hh) over its tokens, S scaled and masked in place
@@ -1752,16 +1759,7 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           int prev_pair = cvt_pair;
           auto rescale_o = [&]() {
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const float alpha = alpha_prev[hh];
-              if (__any_sync(0xffffffffu, alpha != 1.f)) {  // the running max rarely moves after a few tiles
-#pragma unroll
-                for (int n = 0; n < 16; ++n) {
-                  o[0][n][hh * 2] *= alpha;
-                  o[0][n][hh * 2 + 1] *= alpha;
-                }
-              }
-            }
+            for (int hh = 0; hh < 2; ++hh) rescale_o_row(0, hh, alpha_prev[hh]);
           };
           fence_acc(o[0]);  // O's zeros (and pa's) before the first product: not moved into the pipeline (C7515)
           fence_acc(pa);
