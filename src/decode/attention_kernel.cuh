@@ -739,8 +739,7 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
     for (int j = 0; j < RH; ++j) {
       const int r = rb + (2 * j + hw) * kConsumerWarps;
       if (r >= rows) continue;
-      // (inline, not ref_max: that form changes fp8_r16's SASS and has not run on a device)
-      const float m_use = mx[j] == -INFINITY ? 0.f : mx[j];
+      const float m_use = ref_max(mx[j]);
       const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
       const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
       if (final) {
