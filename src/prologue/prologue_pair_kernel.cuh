@@ -190,7 +190,10 @@ __device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, in
 // with pair_kv_row and the 64-register cap): the bf16 mode took 0.92-0.99x main's time at hy3_full 512-32768 and
 // hy3_tp8 4096 tokens (1.00 elsewhere); the fp8 mode 0.99-1.02x, where its head-lane form with the same index
 // arithmetic took 0.98-1.00x (not profiled). The whole-warp q path leaves before the fp8 amax reduction, so it is
-// the bf16 mode's only.
+// the bf16 mode's only. Session 48 call 1 measured the fp8 mode on it again, on the full-rotary kernels (skipped q
+// items leaving after the amax reduction; 24 SASS instructions fewer, about half in the shuffles' never-taken
+// divergent fallbacks): 1.015-1.025x the time from 4096 tokens. With the amax by redux.sync over the head's
+// lanes instead (a group mask: ptxas serialises the groups, WARPSYNC.EXCLUSIVE + REDUX each): 1.034-1.059x.
 template <int kMode>
 constexpr bool pair_whole_warp() {
   return kMode == kModeNeoxBf16;
