@@ -153,6 +153,12 @@ void attention_prologue(const PrologueParams& p) {
   a.num_tokens = p.num_tokens;
   a.hq = p.num_q_heads;
   a.hkv = p.num_kv_heads;
+  a.hqk = p.num_q_heads + p.num_kv_heads;
+  // (each below 2^32: validate_attention_prologue)
+  a.qkv_row_bytes = static_cast<uint32_t>(p.qkv_stride_token * 2);
+  a.cs_row_bytes = static_cast<uint32_t>(p.cos_sin_stride * dtype_size(p.cos_sin_dtype));
+  a.qo_token_bytes = static_cast<uint32_t>(p.q_out_stride_token * dtype_size(p.q_out_dtype));
+  a.qo_head_bytes = static_cast<uint32_t>(p.q_out_stride_head * dtype_size(p.q_out_dtype));
   const int64_t threads = static_cast<int64_t>(p.num_tokens) * (p.num_q_heads + 2 * p.num_kv_heads) * (p.head_dim / 8);
   // the kernel indexes vectors and cache slots in 32 bits
   HK_CHECK(kUnsupported, threads + static_cast<int64_t>(kPrologueThreads) * kItems < (int64_t{1} << 31), "qkv",

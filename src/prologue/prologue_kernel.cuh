@@ -72,6 +72,11 @@ struct PrologueArgs {
   int walk_block_shift;                    // log2 of the tokens per block of its head order (0: token-major)
   int walk_step_tokens, walk_step_heads;   // its step per loop iteration, for the launched grid
   FastDiv div_block_heads;                 // by (hq + 2 hkv) << walk_block_shift
+  // the pair kernel's per-call byte strides, formed on the host (kernel parameters, not registers of the loop)
+  uint32_t qkv_row_bytes;                  // qkv row stride (< 2^32: checked on the host)
+  uint32_t cs_row_bytes;                   // cos/sin row stride
+  uint32_t qo_token_bytes, qo_head_bytes;  // q_out strides
+  int hqk;                                 // hq + hkv (the first v head)
 };
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&x)[8]) {

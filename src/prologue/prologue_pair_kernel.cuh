@@ -70,18 +70,15 @@ struct PairItem {
 // by a constant step instead of a division, the cache scales' reciprocals once per thread, and the 1/rms folded
 // into the store's factor (norm_weights) took the fp8 path to 0.95-0.98x the time (run 7).
 struct PairConsts {
-  uint32_t qkv_row_bytes;   // qkv row stride in bytes
   uint32_t chunk_a, chunk_b;  // byte offsets of chunks ca, cb inside a head (bf16)
-  uint32_t cs_row_bytes;    // cos/sin row stride in bytes
   uint32_t cs_c;            // NeoX: byte offset of this thread's cos inside a row (its sin: + the half's bytes)
-  uint32_t qo_token_bytes, qo_head_bytes;  // q_out strides in bytes
   float inv_k, inv_v;       // 1 / the fp8 cache scales (1 for bf16)
 };
 
 // Head h of token t in qkv (bytes); load_pair_item and prefetch_pair_item read the same lines from it.
 template <int D>
 __device__ __forceinline__ const uint8_t* pair_item_head(const PrologueArgs& a, const PairConsts& k, int t, int h) {
-  return reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(static_cast<uint32_t>(t)) * k.qkv_row_bytes +
+  return reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(static_cast<uint32_t>(t)) * a.qkv_row_bytes +
          static_cast<uint32_t>(h) * (D * 2);
 }
 
@@ -175,7 +172,7 @@ __device__ __forceinline__ uint8_t* pair_kv_row(const PrologueArgs& a, int h, in
   const uint32_t s = static_cast<uint32_t>(slot);
   const uint32_t blk = fast_div(s, a.div_block);
   const uint32_t off = s - blk * static_cast<uint32_t>(a.block_size);
-  const bool is_k = h < a.hq + a.hkv;
+  const bool is_k = h < a.hqk;
   const uint32_t head = static_cast<uint32_t>(h - a.hq - (is_k ? 0 : a.hkv));
   const uint32_t in_block = off * static_cast<uint32_t>(is_k ? a.ks_token : a.vs_token) +
                             head * static_cast<uint32_t>(is_k ? a.ks_head : a.vs_head);
@@ -231,7 +228,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     }
   }
   const uint32_t pos = bad_pos ? 0u : static_cast<uint32_t>(it.p);
-  const int kind = h < a.hq ? 0 : (h < a.hq + a.hkv ? 1 : 2);  // q, k, v
+  const int kind = h < a.hq ? 0 : (h < a.hqk ? 1 : 2);  // q, k, v
   float xa[8], xb[8];
   bf16x8_to_float(it.raw_a, xa);
   bf16x8_to_float(it.raw_b, xb);
@@ -240,7 +237,7 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     const void* w = kind == 0 ? a.q_w : a.k_w;
     const bool has_w = w != nullptr;
     const uint8_t* row =
-        static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(pos) * k.cs_row_bytes;
+        static_cast<const uint8_t*>(a.cos_sin) + static_cast<uint64_t>(pos) * a.cs_row_bytes;
     if (has_w && a.norm_first) rn = norm_weights<D, kMode != kModeAny>(xa, xb, w, a.w_f32, k, ca, cb, a.eps, mask);
     if (neox) {
       if constexpr (kFull) {  // full rotary: the sin D / 2 elements after the cos
@@ -259,8 +256,8 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
   }
   if (kind == 0) {
     if (skip) return;  // (the whole-warp form is the bf16 mode's: its q path has no reduction after the norm's)
-    uint8_t* dst = a.q_out + (static_cast<uint64_t>(static_cast<uint32_t>(t)) * k.qo_token_bytes +
-                              static_cast<uint64_t>(static_cast<uint32_t>(h)) * k.qo_head_bytes);
+    uint8_t* dst = a.q_out + (static_cast<uint64_t>(static_cast<uint32_t>(t)) * a.qo_token_bytes +
+                              static_cast<uint64_t>(static_cast<uint32_t>(h)) * a.qo_head_bytes);
     if (q_fp8) {
       float amax = 0.f;
 #pragma unroll
@@ -337,15 +334,9 @@ __global__ void __launch_bounds__(kPrologueThreads, pair_min_ctas<kMode>())
   const int ca = kFull || u < r16 ? u : 2 * r16 + (u - r16);
   const int cb = kFull ? u + TPH : (u < r16 ? u + r16 : 2 * r16 + (D / 16 - r16) + (u - r16));
   PairConsts k;
-  k.qkv_row_bytes = static_cast<uint32_t>(a.qkv_stride) * 2u;  // < 2^32: checked on the host
   k.chunk_a = static_cast<uint32_t>(ca) * 16u;
   k.chunk_b = static_cast<uint32_t>(cb) * 16u;
-  const uint32_t es = a.cos_sin_f32 ? 4u : 2u;
-  k.cs_row_bytes = static_cast<uint32_t>(a.cs_stride) * es;
-  k.cs_c = static_cast<uint32_t>(u * 8) * es;
-  const uint32_t qes = a.q_fp8 ? 1u : 2u;
-  k.qo_token_bytes = static_cast<uint32_t>(a.qo_token) * qes;
-  k.qo_head_bytes = static_cast<uint32_t>(a.qo_head) * qes;
+  k.cs_c = static_cast<uint32_t>(u * 8) * (a.cos_sin_f32 ? 4u : 2u);
   // Programmatic dependent launch (prologue.cu), as in attention_prologue_kernel: global memory only from here
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
