@@ -68,7 +68,10 @@ struct PairItem {
 // instructions per item, much of it 64-bit address arithmetic and, per K / V item, an IEEE division of the
 // cache scale; byte offsets from 32-bit strides (one wide multiply per address), the token and head advanced
 // by a constant step instead of a division, the cache scales' reciprocals once per thread, and the 1/rms folded
-// into the store's factor (norm_weights) took the fp8 path to 0.95-0.98x the time (run 7).
+// into the store's factor (norm_weights) took the fp8 path to 0.95-0.98x the time (run 7). The per-call byte
+// strides and hq + hkv are PrologueArgs fields formed on the host (kernel parameters, read as constant operands):
+// held here they were rematerialised per item at 64 registers (session 48 call 5: 0.990-1.002x the time, 9 SASS
+// instructions fewer in the fp8 full-rotary loop, 58-59 registers against 62-64).
 struct PairConsts {
   uint32_t chunk_a, chunk_b;  // byte offsets of chunks ca, cb inside a head (bf16)
   uint32_t cs_c;            // NeoX: byte offset of this thread's cos inside a row (its sin: + the half's bytes)
