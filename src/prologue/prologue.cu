@@ -154,7 +154,8 @@ void attention_prologue(const PrologueParams& p) {
   a.hq = p.num_q_heads;
   a.hkv = p.num_kv_heads;
   a.hqk = p.num_q_heads + p.num_kv_heads;
-  // (each below 2^32: validate_attention_prologue)
+  // (each below 2^32 where it is used: validate_attention_prologue; a single token's row strides are multiplied by
+  // token 0 only, so their truncation is harmless)
   a.qkv_row_bytes = static_cast<uint32_t>(p.qkv_stride_token * 2);
   a.cs_row_bytes = static_cast<uint32_t>(p.cos_sin_stride * dtype_size(p.cos_sin_dtype));
   a.qo_token_bytes = static_cast<uint32_t>(p.q_out_stride_token * dtype_size(p.q_out_dtype));
