@@ -80,7 +80,7 @@ struct PairConsts {
 
 // Head h of token t in qkv (bytes); load_pair_item and prefetch_pair_item read the same lines from it.
 template <int D>
-__device__ __forceinline__ const uint8_t* pair_item_head(const PrologueArgs& a, const PairConsts& k, int t, int h) {
+__device__ __forceinline__ const uint8_t* pair_item_head(const PrologueArgs& a, int t, int h) {
   return reinterpret_cast<const uint8_t*>(a.qkv) + static_cast<uint64_t>(static_cast<uint32_t>(t)) * a.qkv_row_bytes +
          static_cast<uint32_t>(h) * (D * 2);
 }
@@ -89,7 +89,7 @@ template <int D>
 __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h,
                                                PairItem& it) {
   it.t = t, it.h = h;
-  const uint8_t* head = pair_item_head<D>(a, k, t, h);
+  const uint8_t* head = pair_item_head<D>(a, t, h);
   it.raw_a = *reinterpret_cast<const uint4*>(head + k.chunk_a);
   it.raw_b = *reinterpret_cast<const uint4*>(head + k.chunk_b);
   const uint32_t tu = static_cast<uint32_t>(t);
@@ -108,7 +108,7 @@ __device__ __forceinline__ void load_pair_item(const PrologueArgs& a, const Pair
 // kFull: full rotary (a specialised mode's kernel): the second chunk lies D bytes after the first, an immediate.
 template <int D, bool kIndexLines = true, bool kFull = false>
 __device__ __forceinline__ void prefetch_pair_item(const PrologueArgs& a, const PairConsts& k, int t, int h) {
-  const uint8_t* head = pair_item_head<D>(a, k, t, h);
+  const uint8_t* head = pair_item_head<D>(a, t, h);
   asm volatile("prefetch.global.L1 [%0];" ::"l"(head + k.chunk_a));
   if constexpr (kFull) {
     asm volatile("prefetch.global.L1 [%0+%1];" ::"l"(head + k.chunk_a), "n"(D));
