@@ -217,8 +217,8 @@ struct KvDst {
 };
 // The row only (d.inv left unset; kv_destination adds it). The pair kernel forms the same row in 32-bit offsets
 // (pair_kv_row, prologue_pair_kernel.cuh). This kernel on that helper (8-16 SASS instructions fewer, 40 registers)
-// took 1.03-1.12x the time at 1-512 tokens (H200, session 49 call 6, cross-build, the whole suite passed under it):
-// the two forms stay.
+// took 1.03-1.12x the time where it runs (hy3_full 1-64 tokens, hy3 TP8 1-512; H200, session 49 call 6,
+// cross-build, the whole suite passed under it): the two forms stay.
 __device__ __forceinline__ bool kv_row(const PrologueArgs& a, int h, int64_t slot, bool count_lane, KvDst& d) {
   if (slot == -1) return false;  // padding token
   if (slot < 0 || slot >= a.num_slots) {

@@ -45,10 +45,11 @@ inline bool pair_full_rotary(int head_dim, int rotary_dim) { return rotary_dim =
 // give each warp one head of that many tokens, so one kind; where the heads already come in whole warps (hy3_full:
 // 64 / 8 / 8), token-major order gives warps of one kind too and is kept: head-major order there took 1.04-1.08x
 // (bf16) and 1.02-1.11x (fp8) the time of token order in the same build (four tokens' cos / sin rows per warp
-// instead of one, our guess). Session 49 call 3 split that: the block-order kernel run on token order 0.997-1.004x
-// (its arithmetic costs nothing), block order itself 1.037-1.053x. H200, session 45: hy3 TP8 fp8 0.90-0.94x the
-// time, bf16 0.97-0.98x (docs/attention_prologue.md). At hy3 TP8 the q heads walked in token order in CTAs of
-// their own, beside the k / v heads in block order, were slower at 32768 tokens (session 49 calls 4-5).
+// instead of one, our guess). Session 49 call 3 split that cost: the block-order kernel run on token order took
+// 0.997-1.004x (its arithmetic costs no time), block order itself 1.037-1.053x. Where block order is needed, at hy3
+// TP8, it took 0.90-0.94x (fp8) / 0.97-0.98x (bf16) the time of token order (H200, session 45;
+// docs/attention_prologue.md); there the q heads walked in token order in CTAs of their own, beside the k / v heads
+// in block order, were slower at 32768 tokens (session 49 calls 4-5).
 inline int pair_heads_per_warp(int head_dim) { return 32 / (head_dim / 16); }
 inline int pair_block_tokens(int hq, int hkv, int head_dim) {
   const int w = pair_heads_per_warp(head_dim);
