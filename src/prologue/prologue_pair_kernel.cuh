@@ -275,8 +275,8 @@ __device__ __forceinline__ void process_pair_item(const PrologueArgs& a, const P
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) xa[i] *= rn, xb[i] *= rn;
-      *reinterpret_cast<uint4*>(dst + (kWide ? k.chunk_a : ca * 16)) = bf16x8(xa);
-      *reinterpret_cast<uint4*>(dst + (kWide ? k.chunk_b : cb * 16)) = bf16x8(xb);
+      *reinterpret_cast<uint4*>(dst + k.chunk_a) = bf16x8(xa);
+      *reinterpret_cast<uint4*>(dst + k.chunk_b) = bf16x8(xb);
     }
     return;
   }
