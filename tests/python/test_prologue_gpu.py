@@ -161,6 +161,14 @@ def test_float32_norm_weights(T, q_kv):
                  seed=T + (norm == "after"))
 
 
+@pytest.mark.parametrize("T", [37, 3001])
+@pytest.mark.parametrize("norm", ["before", "after", "none"])
+def test_fp8_norm_orders(T, norm):
+    """fp8 query and cache with bf16 norm weights, NeoX, full rotary (the pair kernel's specialised fp8 item path),
+    the norm before RoPE, after it and none, at a one-vector-kernel size and a pair-kernel size."""
+    run_case(T=T, hq=16, hkv=2, kv_dtype=FP8, q_dtype=FP8, norm=norm, pad=T // 9, seed=T + len(norm))
+
+
 @pytest.mark.parametrize("T,hq,hkv,d,is_neox,rot", [(2113, 2, 1, 256, False, 128), (4099, 4, 2, 64, True, 32),
                                                       (1057, 8, 1, 128, True, 128), (529, 64, 8, 128, True, 128)])
 def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
@@ -172,7 +180,7 @@ def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
 # unset, use_pair_kernel() in include/hopperkit/prologue/heuristics.h picks by size (the pair kernel from 2^18
 # vectors: most cases here are below; three of test_launch_shapes and the 2801-token untrusted case are above).
 FORCED_SUBSET = ("styles_orders or partial_rotary or dtypes_layouts or int32_positions or launch_shapes or "
-                 "untrusted_indices_small or float32_norm_weights")
+                 "untrusted_indices_small or float32_norm_weights or fp8_norm_orders")
 
 
 # HOPPERKIT_PROLOGUE_ORDER (read once per process): "blocked" forces the pair kernel's block order (blocks of a
