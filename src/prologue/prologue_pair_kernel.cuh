@@ -10,6 +10,8 @@
 // this removes the eight partner shuffles, loads each cos / sin row segment once for both vectors, computes the
 // token, head, position and cache slot once per two vectors, and the norm and FP8 amax reductions span half as many
 // lanes. A warp's loads stay inside whole heads (each 16-byte chunk of a head is read by exactly one thread).
+// Four vectors per thread (two NeoX pairs, D / 32 threads per head) issued ~22% fewer instructions at 80 registers
+// and was slower there and at 64 (H200, sessions 49-50, docs/attention_prologue.md): two stay.
 #pragma once
 
 #include "hopperkit/prologue/heuristics.h"
