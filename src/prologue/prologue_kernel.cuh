@@ -74,8 +74,9 @@ struct PrologueArgs {
   FastDiv div_block_heads;                 // by (hq + 2 hkv) << walk_block_shift
   // the pair kernel's per-call byte strides, formed on the host (kernel parameters, not registers of the loop). The
   // one-vector kernel keeps the element strides above: on these byte fields (8-32 SASS instructions fewer, the
-  // element fields dropped) it took 1.07-1.17x the time at every size where it runs (H200, session 50 calls 1-2,
-  // cross-build; a SASS-identical control 0.998-1.013, all prologue tests passed under it): the two forms stay.
+  // element fields dropped) it took 1.07-1.17x the time at each point measured where it runs (hy3_full 1 / 64 tokens,
+  // hy3 TP8 1 / 64 / 512; H200, session 50 calls 1-2, cross-build, all prologue tests passed under it; call 2's
+  // SASS-identical control 0.998-1.013): the two forms stay.
   uint32_t qkv_row_bytes;                  // qkv row stride (< 2^32: checked on the host)
   uint32_t cs_row_bytes;                   // cos/sin row stride
   uint32_t qo_token_bytes, qo_head_bytes;  // q_out strides

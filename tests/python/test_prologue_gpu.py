@@ -178,7 +178,8 @@ def test_launch_shapes(T, hq, hkv, d, is_neox, rot):
 
 # HOPPERKIT_PROLOGUE_KERNEL (read once per process): "one" forces the one-vector kernel, "pair" the pair kernel;
 # unset, use_pair_kernel() in include/hopperkit/prologue/heuristics.h picks by size (the pair kernel from 2^18
-# vectors: most cases here are below; three of test_launch_shapes and the 2801-token untrusted case are above).
+# vectors: most cases here are below; three of test_launch_shapes, int32_positions' 300- and 5000-token cases, the
+# 3001-token cases of float32_norm_weights and fp8_norm_orders and the 2801-token untrusted case are above).
 FORCED_SUBSET = ("styles_orders or partial_rotary or dtypes_layouts or int32_positions or launch_shapes or "
                  "untrusted_indices_small or float32_norm_weights or fp8_norm_orders")
 
