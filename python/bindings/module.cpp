@@ -666,4 +666,5 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_MAX_SM_SLOTS") = static_cast<int>(decode::kMaxSmSlots);
   m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
   m.attr("MOE_WIDE_GATE_UP_MIN_ROWS") = static_cast<int64_t>(moe::kWideGateUpMinRows);
+  m.attr("MOE_GATE_UP_PAIR_MIN_ROWS") = static_cast<int64_t>(moe::kGateUpPairMinRows);
 }

@@ -11,20 +11,31 @@
 
 namespace hopperkit {
 
+// The same in clusters of `cluster` CTAs along x (1: no cluster attribute); grid.x must be a multiple of it.
 template <class... Params, class... Args>
-void launch_with_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
-                     Args&&... args) {
+void launch_with_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem, int cluster,
+                             cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = dynamic_smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster > 1 ? 2 : 1;
   HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+template <class... Params, class... Args>
+void launch_with_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream,
+                     Args&&... args) {
+  launch_with_pdl_cluster(kernel, grid, block, dynamic_smem, 1, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace hopperkit

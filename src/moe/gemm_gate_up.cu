@@ -1,7 +1,7 @@
 // hopperkit fused FP8 MoE, kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation.
 // Variants (tile rows / scaling / weight rows per tile): 16, 32 and 48 per-tensor 128, 16 and 32 block 256, 64
-// per-tensor 128 or 256, 64 block 256, 128 per-tensor 128 or 192, 128 block 256 (block_m and gate_up_block_m in
-// heuristics.h).
+// per-tensor 128 or 256, 64 block 256, 128 per-tensor 128 or 192 (each also in clusters of two: gate_up_pairs),
+// 128 block 256 (block_m and gate_up_block_m in heuristics.h).
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -18,6 +18,16 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
   // a 192-row tile's task is 96 columns: whole tasks only (its epilogue does not bound columns by I)
   HK_CHECK(kUnsupported, a.gate_up_tile_n != 192 || a.intermediate % 96 == 0, "intermediate",
            "a multiple of 96 with 192-row gate-up tiles", std::to_string(a.intermediate));
+  if (a.gate_up_pairs) {  // clusters of two sharing the weight stages (gate_up_pairs in heuristics.h)
+    HK_CHECK(kUnsupported, a.gate_up_bm == 128 && !a.block_scaled, "gate-up pairs", "per-tensor 128-row tiles",
+             "block_m " + std::to_string(a.gate_up_bm) + ", block_scaled " + std::to_string(a.block_scaled));
+    switch (a.gate_up_tile_n) {
+      case 128: f(MoeGemmVariant<128, 128, true, false, true>{}); return;
+      case 192: f(MoeGemmVariant<128, 192, true, false, true>{}); return;
+      default:
+        HK_CHECK(kUnsupported, false, "gate-up pairs tile_n", "128 or 192", std::to_string(a.gate_up_tile_n));
+    }
+  }
   switch ((a.gate_up_bm * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false>{}); break;
     case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true>{}); break;

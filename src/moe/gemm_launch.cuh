@@ -17,21 +17,30 @@ namespace hopperkit {
 namespace moe {
 
 // One grouped-GEMM variant as a type (the dispatchers in gemm_gate_up.cu / gemm_down.cu pass one to a lambda).
-template <int BM, int BN, bool kGateUp, bool kBlock>
+// kPairs: clusters of two CTAs sharing the weight stages (the per-tensor 128-row gate-up; moe_gemm_kernel).
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false>
 struct MoeGemmVariant {};
 
 // Everything a launch needs that can fail on the host (occupancy query, tensor-map encoding), computed before
 // any of the op's kernels is queued: a failure throws with nothing launched.
-// Grid: the resident CTAs of this variant (measured occupancy x SMs), at most the task-count bound.
-template <int BM, int BN, bool kGateUp, bool kBlock>
-MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVariant<BM, BN, kGateUp, kBlock>) {
+// Grid: the resident CTAs of this variant (measured occupancy x SMs), at most the task-count bound. Pairs:
+// whole resident clusters of two, at most two CTAs per pair task (max_tasks counts single tiles' tasks).
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs>
+MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVariant<BM, BN, kGateUp, kBlock, kPairs>) {
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
-  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
+  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs>;
   static std::atomic<int> resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
-  const int res = resident_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, resident, "moe gemm");
+  const int res = kPairs ? resident_cluster_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, 2, resident, "moe gemm pairs")
+                         : resident_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, resident, "moe gemm");
   MoeGemmPlan plan;
   plan.kernel = reinterpret_cast<const void*>(kernel);
-  plan.grid = max_tasks < res ? (max_tasks > 0 ? max_tasks : 1) : res;
+  plan.cluster = kPairs ? 2 : 1;
+  if (kPairs) {  // pair tasks <= (max_tasks + 1) / 2 (ceil over the tiles, per column block), each two CTAs
+    const int64_t want = 2 * ((max_tasks + 1) / 2) + 2;
+    plan.grid = want < res ? want : res;
+  } else {
+    plan.grid = max_tasks < res ? (max_tasks > 0 ? max_tasks : 1) : res;
+  }
   // The weights as a 4-d byte tensor [1][E][rows][K] (innermost first: K, rows, E), boxes of 128 bytes x the
   // tile's rows (gate-up: half the tile, loaded twice), 128-byte swizzle; out-of-range rows / K read as zero.
   const uint64_t k = kGateUp ? a.hidden_size : a.intermediate;
@@ -65,16 +74,19 @@ MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVari
 }
 
 // Launches a planned variant as a persistent, PDL-chained grid.
-template <int BM, int BN, bool kGateUp, bool kBlock>
-void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan, MoeGemmVariant<BM, BN, kGateUp, kBlock>,
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs>
+void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan, MoeGemmVariant<BM, BN, kGateUp, kBlock, kPairs>,
                      cudaStream_t stream) {
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
-  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock>;
+  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs>;
   HK_CHECK(kValue, plan.kernel == reinterpret_cast<const void*>(kernel), "moe gemm plan",
            "a plan made for this variant", plan.kernel ? "a plan for another variant" : "no plan");
+  HK_CHECK(kValue, plan.cluster == (kPairs ? 2 : 1) && plan.grid % plan.cluster == 0, "moe gemm plan",
+           kPairs ? "an even grid in clusters of 2" : "no cluster", "cluster " + std::to_string(plan.cluster) +
+           ", grid " + std::to_string(plan.grid));
   // PDL: the set-up overlaps the previous kernel's tail
-  launch_with_pdl(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, a,
-                  plan.wmap, plan.amap);
+  launch_with_pdl_cluster(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                          plan.cluster, stream, a, plan.wmap, plan.amap);
 }
 
 // Task-count bound known on the host: the most tiles any routing can make, times the weight blocks.

@@ -270,12 +270,24 @@ __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w,
   }
 }
 
-template <int BM, int BN, bool kGateUp, bool kBlock>
+// kPairs (the per-tensor 128-row gate-up at prefill, gate_up_pairs in heuristics.h): the grid runs as clusters of
+// two CTAs. A cluster takes one pair of consecutive entries of the 128-row tile list at a time (tiles 2 p and
+// 2 p + 1; rank r computes tile 2 p + r, with the same column block). Where both tiles belong to one expert, each
+// CTA loads one of the stage's two weight boxes (rank 0 the gate rows, rank 1 the up rows) and multicasts it to
+// both, so that each SM pulls 12 of a 128 x 192 stage's 24 KB of weights (or 8 of 16 KB at 128 weight rows) from
+// L2; its 16 KB of gathered A rows stay its own. A pair whose tiles belong to two experts loads as single CTAs
+// do; a missing second tile (an odd tile count) computes an empty tile of the first one's expert, and multicasts.
+// The ring's slots are written by both CTAs' copies, so a slot is free only when both CTAs' consumers released
+// it: every consumer warp arrives on both CTAs' empty barriers, and both CTAs run the same stages in the same
+// order (the same pairs, every item the whole of K). The producer waits, before it leaves, for its ring's last
+// releases (the peer's consumers arrive on this CTA's barriers until then).
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false>
 __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads,
                                   MoeGemmConfig<BM, BN, kGateUp, kBlock>::kMinBlocks)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
                     const __grid_constant__ CUtensorMap amap) {
   using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
+  static_assert(!kPairs || (BM == 128 && kGateUp && !kBlock), "pairs: the per-tensor 128-row gate-up");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   float* s_scale = reinterpret_cast<float*>(smem + C::kStages * C::kStageBytes);  // [kStages][kScaleFloats]
@@ -307,7 +319,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     for (int s = 0; s < C::kStages; ++s) {
       // the producer's expect_tx (+ its threads' cp.async arrivals)
       mbar_init(&full[s], C::kLaneCopies ? 1 + C::kProducerThreads : 1);
-      mbar_init(&empty[s], C::kConsumerWarps);
+      mbar_init(&empty[s], C::kConsumerWarps * (kPairs ? 2 : 1));  // pairs: both CTAs' consumer warps
     }
     fence_barrier_init();
     prefetch_tensormap(&wmap);
@@ -389,7 +401,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // the wide gate-up (128-row tiles) drains the 128-row tile list the index build wrote beside the other
   const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
   const int num_tiles = a.counters[BM == 128 ? 2 : 0];
-  const int tasks = num_tiles * n_blocks;
+  // pairs: a task is (pair of tiles, column block), pair fastest
+  const int npairs = (num_tiles + 1) / 2;
+  const int tasks = (kPairs ? npairs : num_tiles) * n_blocks;
   // decode tiles split K when there are fewer tasks than CTAs, or just past one wave over a long K (see
   // split_k_slices); work item = (task, slice)
   const int S = C::kSwapAB && a.allow_split ? split_k_slices(tasks, gridDim.x, nk, a.allow_split) : 1;
@@ -403,8 +417,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   HK_MT_ONLY(const unsigned long long tr_waited = globaltimer();)
   // task -> its tile (index into tile_list) and its block of output columns
   static_assert(kColFastest == (kReadyWriter || kClaims), "one task order for the hand-off's writer and readers");
-  auto tile_idx = [&](int task) { return task_tile(task, num_tiles); };
-  auto col_blk = [&](int task) { return task_col(task, num_tiles); };
+  const int rank = kPairs ? static_cast<int>(cluster_ctarank()) : 0;
+  auto tile_idx = [&](int task) { return kPairs ? 2 * (task % npairs) + rank : task_tile(task, num_tiles); };
+  auto col_blk = [&](int task) { return kPairs ? task / npairs : task_col(task, num_tiles); };
+  // work items: a cluster's (pairs) or a CTA's first, and the stride between a CTA's items (read where used: the
+  // other kernels compile as before)
+  auto first_item = [] { return kPairs ? blockIdx.x >> 1 : blockIdx.x; };
+  auto item_stride = [] { return kPairs ? gridDim.x >> 1 : gridDim.x; };
   // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
   // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
   // steps laid end to end; a task shared by two CTAs ("pieces") parks their partials at stream_k_slot and the
@@ -429,6 +448,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     HK_MT_SET(kMtSm, sm_id());
   })
   __syncthreads();  // barriers initialised, s_amax cleared
+  if constexpr (kPairs) cluster_sync();  // and the peer's: its copies and arrivals may reach this CTA from now on
 
   auto item_range = [&](int item, int u, int& kb0, int& kb1) {
     if (stream_k) {
@@ -447,9 +467,22 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   //  * every tile: the consumers load the epilogue's inputs after the item's first stage instead of after its
   //    last (per-tensor decode 4% faster in session 4).
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
-  // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read)
+  // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read).
+  // Pairs: {expert, row_begin, rows, multicast}: multicast 1 where the pair's two tiles share the expert or the
+  // second is missing (this CTA's, if it is: the first one's expert, no rows).
+  static_assert(!kPairs || kPrefetch, "pairs: the prefetching (per-tensor 128-row) path");
   auto tile_of = [&](int it) {  // (kPrefetch kernels only: never in stream-K mode)
-    return it < items ? tile_list[tile_idx(it / S)] : make_int4(0, 0, 0, 0);
+    if constexpr (kPairs) {
+      if (it >= items) return make_int4(0, 0, 0, 0);
+      const int t0 = 2 * (it % npairs);
+      const int4 first = tile_list[t0];
+      if (t0 + 1 >= num_tiles) return rank == 0 ? make_int4(first.x, first.y, first.z, 1) : make_int4(first.x, 0, 0, 1);
+      const int4 second = tile_list[t0 + 1];
+      const int4 mine = rank == 0 ? first : second;
+      return make_int4(mine.x, mine.y, mine.z, first.x == second.x ? 1 : 0);
+    } else {
+      return it < items ? tile_list[tile_idx(it / S)] : make_int4(0, 0, 0, 0);
+    }
   };
 
   if (producer) {
@@ -476,14 +509,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     int4 t_cur = make_int4(0, 0, 0, 0), t_next = make_int4(0, 0, 0, 0);
     int tok_cur[C::kAChunks];
     if constexpr (kPrefetch) {
-      t_cur = tile_of(blockIdx.x);
-      t_next = tile_of(blockIdx.x + gridDim.x);
+      t_cur = tile_of(first_item());
+      t_next = tile_of(first_item() + item_stride());
       load_tokens(t_cur, tok_cur);
     }
     int step = 0;
     int claimed = 0;  // kClaims: lane 0's claim for the next item (issued as this one starts)
-    for (int item = blockIdx.x, u = 0; kClaims || item < items;
-         item = kClaims ? G + __shfl_sync(0xffffffffu, claimed, 0) : item + gridDim.x, ++u) {
+    for (int item = first_item(), u = 0; kClaims || item < items;
+         item = kClaims ? G + __shfl_sync(0xffffffffu, claimed, 0) : item + item_stride(), ++u) {
       if constexpr (kClaims) {
         if (item >= items) {  // no more: an item of -1 in the next stage's slot ends the consumers' loop
           const int slot = step % C::kStages;
@@ -500,7 +533,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       int tok_next[C::kAChunks];
       if constexpr (kPrefetch) {
         tile = t_cur;
-        t_after = tile_of(item + 2 * gridDim.x);
+        t_after = tile_of(item + 2 * item_stride());
         load_tokens(t_next, tok_next);
       } else {
         tile = tile_list[tile_idx(task)];
@@ -562,6 +595,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           // the A box first (the swapped down's comes after its per-tile wait, below)
           if (C::kTmaA && !kReadyReader) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
           if (weights_issued) {
+          } else if (kPairs && tile.w != 0) {  // this CTA's box for both CTAs: rank 0 the gate rows, rank 1 up
+            tma_load_4d_multicast(sb + rank * C::kBoxRows * C::kBK, &wmap, &full[slot], kt * C::kBK,
+                                  rank * I + n0, e, 0, 0x3, policy);
           } else if (kGateUp) {
             tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);                   // gate rows
             tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[slot], kt * C::kBK, I + n0, e, 0, policy);  // up
@@ -608,6 +644,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       }
     }
     cp_async_wait<0>();  // no copy of this warp outlives it
+    if constexpr (kPairs) {  // the ring's last releases: the peer's consumers arrive on this CTA's barriers
+      if (pl < 32) {
+        for (int st = step > C::kStages ? step - C::kStages : 0; st < step; ++st) {
+          mbar_wait_bounded(&empty[st % C::kStages], (st / C::kStages) & 1);
+        }
+      }
+    }
     HK_MT_ONLY(if (pl == 0) HK_MT(kMtProducerDone);)
     // a down that waited per tile completes only after the gate-up grid (which the kernels after it rely on)
     if constexpr (kReadyReader) {
@@ -645,9 +688,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   constexpr bool kHalfPipe = C::kWgmma && C::kWN >= 128;
   static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
-  int4 t_next = kPrefetch ? tile_of(blockIdx.x) : make_int4(0, 0, 0, 0);
+  int4 t_next = kPrefetch ? tile_of(first_item()) : make_int4(0, 0, 0, 0);
   HK_MT_ONLY(int tr_items = 0;)
-  for (int item = blockIdx.x, u = 0; kClaims || item < items; item += kClaims ? 0 : gridDim.x, ++u) {
+  for (int item = first_item(), u = 0; kClaims || item < items; item += kClaims ? 0 : item_stride(), ++u) {
     int4 tile;
     if constexpr (kClaims) {  // item u >= 1 and its tile from the producer, with its first stage
       if (u > 0) {
@@ -666,7 +709,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
     if constexpr (kPrefetch) {
       tile = t_next;
-      t_next = tile_of(item + gridDim.x);
+      t_next = tile_of(item + item_stride());
     } else if constexpr (!kClaims) {
       tile = tile_list[tile_idx(task_of(item, u))];
     }
@@ -755,7 +798,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     };
     auto release = [&](int st) {
       __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[st % C::kStages]);  // this warp is done with the stage
+      if (lane == 0) {  // this warp is done with the stage (pairs: in both CTAs, whose copies both fill it)
+        mbar_arrive(&empty[st % C::kStages]);
+        if constexpr (kPairs) mbar_arrive_cluster(&empty[st % C::kStages], static_cast<uint32_t>(rank ^ 1));
+      }
     };
 
     if constexpr (kHalfPipe) {

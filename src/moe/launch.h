@@ -17,7 +17,8 @@ void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream);
 struct MoeGemmPlan {
   CUtensorMap wmap;   // the weights (w13 or w2)
   CUtensorMap amap;   // down: its A rows (act); gate-up: unused (a copy of wmap)
-  int64_t grid = 1;   // persistent CTAs
+  int64_t grid = 1;   // persistent CTAs (a multiple of cluster)
+  int cluster = 1;    // CTAs per cluster (2: the gate-up's pairs)
   const void* kernel = nullptr;  // the variant it was planned for (launch checks it)
 };
 // Kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation (PDL after kernel 1).

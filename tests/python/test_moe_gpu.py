@@ -272,6 +272,63 @@ def test_gate_up_tile_heights_forced(bm, scaling):
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 
+# The per-tensor 128-row gate-up in clusters of two CTAs sharing each weight stage (HOPPERKIT_MOE_PAIRS, read once
+# per process; gate_up_pairs in heuristics.h: by default from _C.MOE_GATE_UP_PAIR_MIN_ROWS rows per expert). Pairs
+# change only how the weights reach shared memory, not the arithmetic: their outputs must be bitwise equal to
+# single CTAs'. Cases: (T, H, I, E, K, kind)
+PAIR_CASES = {
+    "i192_two_tiles": (1024, 512, 192, 48, 8, "uniform"),   # ~171 rows per expert: most pairs one expert's tiles
+    "i192_skewed": (1500, 256, 192, 16, 4, "skewed"),       # odd and even tile counts: pairs across two experts
+    "i192_solo_pair": (200, 128, 192, 2, 1, "uniform"),     # two experts of ~100 rows: one pair of two experts
+    "i192_three_tiles": (300, 256, 576, 1, 1, "uniform"),   # one expert, 3 tiles: the last pair's second missing
+    "i256_bn128": (1200, 256, 256, 12, 4, "uniform"),       # 128 x 128 tiles (I % 192 != 0), 400 rows per expert
+    "ep_sparse": (1024, 256, 192, 16, 8, "sparse"),         # half the experts remote, most tiles empty-free pairs
+}
+PAIRS = os.environ.get("HOPPERKIT_MOE_PAIRS", "")
+
+
+@pytest.mark.parametrize("case", list(PAIR_CASES))
+def test_gate_up_pairs_cases(case):
+    """Each case checked against the references (under any HOPPERKIT_MOE_PAIRS); with HK_PAIRS_DIGEST set (by
+    test_gate_up_pairs_bitwise), its output's bytes are hashed into that file."""
+    import hashlib
+    import json
+    T, H, I, E, K, kind = PAIR_CASES[case]
+    ep = kind == "sparse"
+    out, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, seed=T + H + I + E, check_repeat=True)
+    path = os.environ.get("HK_PAIRS_DIGEST")
+    if path:
+        digests = json.load(open(path)) if os.path.exists(path) else {}
+        digests[case] = hashlib.sha1(out.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+        json.dump(digests, open(path, "w"))
+
+
+def test_gate_up_pairs_bitwise(tmp_path):
+    """The pair cases in two subprocesses, HOPPERKIT_MOE_PAIRS=0 (single CTAs) and =1 (pairs wherever the
+    per-tensor 128-row gate-up runs), same seed: every output bitwise equal."""
+    if PAIRS or "HK_PAIRS_DIGEST" in os.environ or not DEFAULT_TILES:
+        pytest.skip("already inside a switched run")
+    digests = {}
+    for v in ("0", "1"):
+        path = str(tmp_path / f"pairs_{v}.json")
+        rerun_with_env(__file__, "gate_up_pairs_cases", {"HOPPERKIT_MOE_PAIRS": v, "HK_PAIRS_DIGEST": path,
+                                                          "HK_TEST_SEED": str(RUN_SEED)})
+        import json
+        digests[v] = json.load(open(path))
+    assert set(digests["0"]) == set(PAIR_CASES), digests
+    assert digests["0"] == digests["1"], digests
+
+
+def test_gate_up_pairs_forced():
+    """The per-tensor prefill tests again with HOPPERKIT_MOE_PAIRS=1: pairs down to the 128-row gate-up's
+    smallest shapes (64 rows per expert), single stages and K tails, EP with fp8 input."""
+    if PAIRS or "HK_PAIRS_DIGEST" in os.environ:
+        pytest.skip("already inside a switched run")
+    tests = "(wide_gate_up or stages_match or 64_row_tiles) and not block and not many_tokens"
+    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_PAIRS": "1", "HK_TEST_SEED": str(RUN_SEED)})
+    assert " passed" in out and " failed" not in out, out[-2000:]
+
+
 # Tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each (split_k_slices in
 # heuristics.h), so more items than CTAs, each split. On an H200 (132 SMs, 2 CTAs per SM at 16-row tiles): about
 # 70 tiles x 4 column blocks = 280 tasks on 264 CTAs. gate_up: K = H = 4096 (the down's K = 256 does not split);

@@ -144,6 +144,15 @@ HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert
 HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled, int intermediate) {
   return block_scaled ? 256 : (intermediate % 192 == 0 && intermediate % 128 != 0 ? 192 : 128);
 }
+// The per-tensor 128-row gate-up in clusters of two CTAs that share each weight stage (grouped_gemm.cuh,
+// kPairs): a cluster computes two consecutive 128-row tiles of the tile list, and where they belong to one
+// expert each SM pulls half the stage's weights from L2 (the 128 x 192 stage: 16 KB of A rows + 12 of 24 KB of
+// weights). From kGateUpPairMinRows rows per expert on average, where most experts have two or more tiles
+// (HOPPERKIT_MOE_PAIRS=0 turns it off, =1 forces it wherever the per-tensor 128-row gate-up runs).
+constexpr int64_t kGateUpPairMinRows = 160;
+HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int64_t rows_per_expert) {
+  return !block_scaled && gate_up_bm == 128 && rows_per_expert >= kGateUpPairMinRows ? 1 : 0;
+}
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
 // A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
 // H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
