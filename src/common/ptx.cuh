@@ -107,12 +107,13 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Arrive (release at cluster scope) on the barrier at `bar`'s offset in the cluster's CTA of rank `cta`.
+// Arrive on the barrier at `bar`'s offset in the cluster's CTA of rank `cta` (release at CTA scope, as CUTLASS's
+// ClusterBarrier::arrive: a release at cluster scope put a MEMBAR.ALL.GPU before every consumer release, session 51).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n\t.reg .b32 remote;\n\t"
       "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}" ::"r"(smem_addr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
 }
