@@ -160,8 +160,8 @@ void fused_moe(const MoeParams& p) {
   // =1 runs it in clusters of two wherever it runs per-tensor; unset, gate_up_pairs() in heuristics.h picks.
   static const int pairs_forced = env_int("HOPPERKIT_MOE_PAIRS", -1, 0, 1);
   a.gate_up_pairs = pairs_forced == 0   ? 0
-                    : pairs_forced == 1 ? gate_up_pairs(block, a.gate_up_bm, kGateUpPairMinRows)
-                                        : gate_up_pairs(block, a.gate_up_bm, rows_per_expert);
+                    : pairs_forced == 1 ? (!block && a.gate_up_bm == 128 ? 1 : 0)
+                                        : gate_up_pairs(block, a.gate_up_bm, a.gate_up_tile_n, rows_per_expert);
   // Profiling and test aid (not for serving): HOPPERKIT_MOE_DOWN_BM=64 keeps the down GEMM on 64-row tiles where
   // the gate-up runs 128-row ones; unset, down_block_m() in heuristics.h picks.
   static const int down_bm_forced = env_int("HOPPERKIT_MOE_DOWN_BM", 0, 0, 128);

@@ -129,14 +129,15 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   for (int i = 64; i <= 4096; i += 64) {  // whole column blocks: (tile_n / 2) divides I
     ASSERT_EQ(i % (wide_gate_up_tile_n(false, i) / 2), 0) << i;
   }
-  // gate-up pairs (clusters of two sharing weight stages): per-tensor 128-row tiles from kGateUpPairMinRows rows
-  // per expert (hy3 TP8 at 4096 tokens: 170; at 2048, 85)
-  EXPECT_EQ(gate_up_pairs(false, 128, mean_rows_per_expert(4096, 8, 192)), 1);
-  EXPECT_EQ(gate_up_pairs(false, 128, mean_rows_per_expert(2048, 8, 192)), 0);
-  EXPECT_EQ(gate_up_pairs(false, 128, kGateUpPairMinRows), 1);
-  EXPECT_EQ(gate_up_pairs(false, 128, kGateUpPairMinRows - 1), 0);
-  EXPECT_EQ(gate_up_pairs(true, 128, 4096), 0);   // block-wise: single CTAs
-  EXPECT_EQ(gate_up_pairs(false, 64, 4096), 0);   // 64-row tiles: single CTAs
+  // gate-up pairs (clusters of two sharing weight stages): per-tensor 128 x 192 tiles from kGateUpPairMinRows
+  // rows per expert (hy3 TP8 at 4096 tokens: 170; at 2048, 85)
+  EXPECT_EQ(gate_up_pairs(false, 128, 192, mean_rows_per_expert(4096, 8, 192)), 1);
+  EXPECT_EQ(gate_up_pairs(false, 128, 192, mean_rows_per_expert(2048, 8, 192)), 0);
+  EXPECT_EQ(gate_up_pairs(false, 128, 192, kGateUpPairMinRows), 1);
+  EXPECT_EQ(gate_up_pairs(false, 128, 192, kGateUpPairMinRows - 1), 0);
+  EXPECT_EQ(gate_up_pairs(false, 128, 128, 4096), 0);  // 128 x 128 tiles (DeepSeek-V3 TP8, EP8): measured slower
+  EXPECT_EQ(gate_up_pairs(true, 128, 256, 4096), 0);   // block-wise: single CTAs
+  EXPECT_EQ(gate_up_pairs(false, 64, 256, 4096), 0);   // 64-row tiles: single CTAs
   EXPECT_EQ(gate_up_block_m(false, 16, 1000), 16);  // (decode tiles never reach it)
   EXPECT_EQ(mean_rows_per_expert(3, 8, 192), 1);
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);

@@ -273,9 +273,9 @@ def test_gate_up_tile_heights_forced(bm, scaling):
 
 
 # The per-tensor 128-row gate-up in clusters of two CTAs sharing each weight stage (HOPPERKIT_MOE_PAIRS, read once
-# per process; gate_up_pairs in heuristics.h: by default from _C.MOE_GATE_UP_PAIR_MIN_ROWS rows per expert). Pairs
-# change only how the weights reach shared memory, not the arithmetic: their outputs must be bitwise equal to
-# single CTAs'. Cases: (T, H, I, E, K, kind)
+# per process; gate_up_pairs in heuristics.h: by default 128 x 192 tiles from _C.MOE_GATE_UP_PAIR_MIN_ROWS rows per
+# expert; =1 forces them at both tile widths). Pairs change only how the weights reach shared memory, not the
+# arithmetic: their outputs must be bitwise equal to single CTAs'. Cases: (T, H, I, E, K, kind)
 PAIR_CASES = {
     "i192_two_tiles": (1024, 512, 192, 48, 8, "uniform"),   # ~171 rows per expert: most pairs one expert's tiles
     "i192_skewed": (1500, 256, 192, 16, 4, "skewed"),       # odd and even tile counts: pairs across two experts

@@ -144,14 +144,20 @@ HK_MOE_HD int gate_up_block_m(bool block_scaled, int bm, int64_t rows_per_expert
 HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled, int intermediate) {
   return block_scaled ? 256 : (intermediate % 192 == 0 && intermediate % 128 != 0 ? 192 : 128);
 }
-// The per-tensor 128-row gate-up in clusters of two CTAs that share each weight stage (grouped_gemm.cuh,
+// The per-tensor 128 x 192 gate-up in clusters of two CTAs that share each weight stage (grouped_gemm.cuh,
 // kPairs): a cluster computes two consecutive 128-row tiles of the tile list, and where they belong to one
-// expert each SM pulls half the stage's weights from L2 (the 128 x 192 stage: 16 KB of A rows + 12 of 24 KB of
-// weights). From kGateUpPairMinRows rows per expert on average, where most experts have two or more tiles
-// (HOPPERKIT_MOE_PAIRS=0 turns it off, =1 forces it wherever the per-tensor 128-row gate-up runs).
+// expert each SM pulls 12 of the stage's 24 KB of weights from L2 (its 16 KB of gathered A rows stay its own).
+// From kGateUpPairMinRows rows per expert on average, where most experts have two or more tiles. Measured on an
+// H200 (session 51 calls 5 and 6, same build, HOPPERKIT_MOE_PAIRS=0 / =1 against this rule, three runs of single
+// CTAs and two of pairs per point): hy3 / qwen3 TP8 per-tensor (I = 192, 192 weight rows) from 4096 tokens
+// 0.97-0.99x the time (hy3 4096 536.5 -> 522.3 us, 8192 837.6 -> 821.1; qwen3 4096 450.4 -> 443.6, 16384
+// 1569 -> 1517-1545); at the 128 x 128 tiles (DeepSeek-V3 TP8 per-tensor, I = 256: 8 of 16 KB of weights
+// shared) 1.01-1.05x (8192 tokens 1872-1942 single against 1938-1973 paired), and EP8 (I = 1536, 128 x 128)
+// 1.03-1.05x at 1024-2048 tokens forced: there single CTAs stay. HOPPERKIT_MOE_PAIRS=0 turns pairs off, =1
+// forces them wherever the per-tensor 128-row gate-up runs (both tile widths: a test and profiling aid).
 constexpr int64_t kGateUpPairMinRows = 160;
-HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int64_t rows_per_expert) {
-  return !block_scaled && gate_up_bm == 128 && rows_per_expert >= kGateUpPairMinRows ? 1 : 0;
+HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int gate_up_tile_n, int64_t rows_per_expert) {
+  return !block_scaled && gate_up_bm == 128 && gate_up_tile_n == 192 && rows_per_expert >= kGateUpPairMinRows ? 1 : 0;
 }
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
 // A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
