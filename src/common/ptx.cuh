@@ -109,6 +109,9 @@ __device__ __forceinline__ void cluster_sync() {
 }
 // Arrive on the barrier at `bar`'s offset in the cluster's CTA of rank `cta` (release at CTA scope, as CUTLASS's
 // ClusterBarrier::arrive: a release at cluster scope put a MEMBAR.ALL.GPU before every consumer release, session 51).
+// Used to free a ring slot that the peer's TMA refills: the formal model does not make a CTA-scope release
+// synchronise with the peer's acquire; what it orders is a write after reads that the arriving warp has already
+// completed (wgmma_wait), the assumption CUTLASS's pipelines make too.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n\t.reg .b32 remote;\n\t"

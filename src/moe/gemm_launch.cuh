@@ -35,8 +35,8 @@ MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVari
   MoeGemmPlan plan;
   plan.kernel = reinterpret_cast<const void*>(kernel);
   plan.cluster = kPairs ? 2 : 1;
-  if (kPairs) {  // pair tasks <= (max_tasks + 1) / 2 (ceil over the tiles, per column block), each two CTAs
-    const int64_t want = 2 * ((max_tasks + 1) / 2) + 2;
+  if (kPairs) {  // pair tasks = ceil(tiles / 2) x column blocks <= max_tasks (>= 1 tile), two CTAs each
+    const int64_t want = 2 * (max_tasks > 0 ? max_tasks : 1);
     plan.grid = want < res ? want : res;
   } else {
     plan.grid = max_tasks < res ? (max_tasks > 0 ? max_tasks : 1) : res;

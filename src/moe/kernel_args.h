@@ -59,7 +59,7 @@ struct MoeKernelArgs {
   // build); with swapped (16- to 48-row) tiles the down GEMM waits for a tile's count to reach I instead of
   // waiting for the whole gate-up grid (grouped_gemm.cuh)
   int32_t* tile_ready;
-  // (last, so that the other fields keep their offsets: the kernels that do not read it compile as before)
+  // (after the others but the trace builds' field, so that the kernels that do not read it compile as before)
   int gate_up_pairs;          // 1: the 128-row gate-up runs in clusters of two (gate_up_pairs in heuristics.h)
 #ifdef HOPPERKIT_MOE_TRACE
   unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM (trace builds; moe/trace.h)

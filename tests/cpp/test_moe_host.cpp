@@ -130,7 +130,7 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
     ASSERT_EQ(i % (wide_gate_up_tile_n(false, i) / 2), 0) << i;
   }
   // gate-up pairs (clusters of two sharing weight stages): per-tensor 128 x 192 tiles from kGateUpPairMinRows
-  // rows per expert (hy3 TP8 at 4096 tokens: 170; at 2048, 85)
+  // rows per expert (hy3 TP8 at 4096 tokens: 171; at 2048, 86)
   EXPECT_EQ(gate_up_pairs(false, 128, 192, mean_rows_per_expert(4096, 8, 192)), 1);
   EXPECT_EQ(gate_up_pairs(false, 128, 192, mean_rows_per_expert(2048, 8, 192)), 0);
   EXPECT_EQ(gate_up_pairs(false, 128, 192, kGateUpPairMinRows), 1);

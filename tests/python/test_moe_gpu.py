@@ -282,7 +282,8 @@ PAIR_CASES = {
     "i192_solo_pair": (200, 128, 192, 2, 1, "uniform"),     # two experts of ~100 rows: one pair of two experts
     "i192_three_tiles": (300, 256, 576, 1, 1, "uniform"),   # one expert, 3 tiles: the last pair's second missing
     "i256_bn128": (1200, 256, 256, 12, 4, "uniform"),       # 128 x 128 tiles (I % 192 != 0), 400 rows per expert
-    "ep_sparse": (1024, 256, 192, 16, 8, "sparse"),         # half the experts remote, most tiles empty-free pairs
+    "ep_half_remote": (1024, 256, 192, 16, 8, "sparse"),    # EP map, half the experts remote (K = 8 > E / 8: not
+                                                            # sparse, every expert gets rows)
 }
 PAIRS = os.environ.get("HOPPERKIT_MOE_PAIRS", "")
 
@@ -294,7 +295,7 @@ def test_gate_up_pairs_cases(case):
     import hashlib
     import json
     T, H, I, E, K, kind = PAIR_CASES[case]
-    ep = kind == "sparse"
+    ep = case.startswith("ep_")
     out, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, seed=T + H + I + E, check_repeat=True)
     path = os.environ.get("HK_PAIRS_DIGEST")
     if path:

@@ -148,12 +148,15 @@ HK_MOE_HD int wide_gate_up_tile_n(bool block_scaled, int intermediate) {
 // kPairs): a cluster computes two consecutive 128-row tiles of the tile list, and where they belong to one
 // expert each SM pulls 12 of the stage's 24 KB of weights from L2 (its 16 KB of gathered A rows stay its own).
 // From kGateUpPairMinRows rows per expert on average, where most experts have two or more tiles. Measured on an
-// H200 (session 51 calls 5 and 6, same build, HOPPERKIT_MOE_PAIRS=0 / =1 against this rule, three runs of single
-// CTAs and two of pairs per point): hy3 / qwen3 TP8 per-tensor (I = 192, 192 weight rows) from 4096 tokens
-// 0.97-0.99x the time (hy3 4096 536.5 -> 522.3 us, 8192 837.6 -> 821.1; qwen3 4096 450.4 -> 443.6, 16384
-// 1569 -> 1517-1545); at the 128 x 128 tiles (DeepSeek-V3 TP8 per-tensor, I = 256: 8 of 16 KB of weights
-// shared) 1.01-1.05x (8192 tokens 1872-1942 single against 1938-1973 paired), and EP8 (I = 1536, 128 x 128)
-// 1.03-1.05x at 1024-2048 tokens forced: there single CTAs stay. HOPPERKIT_MOE_PAIRS=0 turns pairs off, =1
+// H200 (session 51 calls 5 and 6, same build, HOPPERKIT_MOE_PAIRS=0 / =1 and the rule, three runs of single CTAs
+// and two or three paired per point): hy3 / qwen3 TP8 per-tensor (I = 192, 192 weight rows) at 4096-16384 tokens
+// 0.97-0.99x the time in 10 of 11 paired runs (hy3 4096 536.0-536.8 -> 519.4-525.0 us, 8192 835.5-839.0 ->
+// 821.1-827.4; qwen3 4096 449.8-451.2 -> 442.9-446.4), one 1.01-1.03x (qwen3 8192, 839.8 against 815.0-829.5);
+// at the 128 x 128 tiles (DeepSeek-V3 TP8 per-tensor, I = 256: 8 of 16 KB of weights shared) 1.00-1.09x (8192
+// tokens: paired 1871-1976 us, single 1810-1942), and EP8 (I = 1536, 128 x 128) 1.03-1.05x at 1024-2048 tokens
+// forced: there single CTAs stay. The threshold is not calibrated between the measured points: the rule pairs
+// from 2560 tokens at qwen3 TP8 and 3840 at hy3 TP8, none measured; forced at 2048 tokens (128 / 86 rows per
+// expert) pairs took 0.98x / 0.995x (one run each). HOPPERKIT_MOE_PAIRS=0 turns pairs off, =1
 // forces them wherever the per-tensor 128-row gate-up runs (both tile widths: a test and profiling aid).
 constexpr int64_t kGateUpPairMinRows = 160;
 HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int gate_up_tile_n, int64_t rows_per_expert) {
