@@ -35,51 +35,39 @@ inline int device_sm_count() {
 // CTAs of `kernel` resident at once on the current device (occupancy per SM x SMs), measured on the first call
 // per device and kept in `cache` (one per kernel; threads racing on the first call store the same value).
 // A kernel with dynamic shared memory gets its maximum set first. `what` names the kernel in the error.
+// cluster > 1: launched in clusters of that many CTAs along x, whole clusters only (cudaOccupancyMaxActiveClusters:
+// a cluster's CTAs share one GPC, so an SM that no partner can join stays idle), times the cluster size.
 template <class Kernel>
 int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (&cache)[kMaxDevices],
-                  const char* what) {
+                  const char* what, int cluster = 1) {
   const int dev = current_device();
   int res = cache[dev].load(std::memory_order_acquire);
   if (res == 0) {
     if (smem_bytes > 0) {
       HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     }
-    int per_sm = 0;
-    HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
-    HK_CHECK(kUnsupported, per_sm >= 1, what, "at least one resident CTA per SM", per_sm);
-    res = per_sm * device_sm_count();
-    cache[dev].store(res, std::memory_order_release);
-  }
-  return res;
-}
-
-// CTAs of `kernel` resident at once on the current device when launched in clusters of `cluster` CTAs along x:
-// whole clusters only (cudaOccupancyMaxActiveClusters: a cluster's CTAs share one GPC, so an SM that no
-// partner can join stays idle), times the cluster size. Measured and cached as resident_ctas.
-template <class Kernel>
-int resident_cluster_ctas(Kernel kernel, int threads, int smem_bytes, int cluster,
-                          std::atomic<int> (&cache)[kMaxDevices], const char* what) {
-  const int dev = current_device();
-  int res = cache[dev].load(std::memory_order_acquire);
-  if (res == 0) {
-    if (smem_bytes > 0) {
-      HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    if (cluster <= 1) {
+      int per_sm = 0;
+      HK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+      HK_CHECK(kUnsupported, per_sm >= 1, what, "at least one resident CTA per SM", per_sm);
+      res = per_sm * device_sm_count();
+    } else {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(cluster * device_sm_count()));
+      cfg.blockDim = dim3(static_cast<unsigned>(threads));
+      cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      HK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+      HK_CHECK(kUnsupported, clusters >= 1, what, "at least one resident cluster", clusters);
+      res = clusters * cluster;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(cluster * device_sm_count()));
-    cfg.blockDim = dim3(static_cast<unsigned>(threads));
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    HK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    HK_CHECK(kUnsupported, clusters >= 1, what, "at least one resident cluster", clusters);
-    res = clusters * cluster;
     cache[dev].store(res, std::memory_order_release);
   }
   return res;

@@ -30,8 +30,8 @@ MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks, MoeGemmVari
   using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
   auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs>;
   static std::atomic<int> resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
-  const int res = kPairs ? resident_cluster_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, 2, resident, "moe gemm pairs")
-                         : resident_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, resident, "moe gemm");
+  const int res = resident_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, resident, kPairs ? "moe gemm pairs" : "moe gemm",
+                                kPairs ? 2 : 1);
   MoeGemmPlan plan;
   plan.kernel = reinterpret_cast<const void*>(kernel);
   plan.cluster = kPairs ? 2 : 1;
