@@ -398,6 +398,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
     launch_dependents();
   }
+  if constexpr (kPairs) {  // which gate-up ran (tests read it; prep zeroed it before this grid's wait released)
+    if (blockIdx.x == 0 && tid == 0) a.counters[5] = 1;
+  }
   // the wide gate-up (128-row tiles) drains the 128-row tile list the index build wrote beside the other
   const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
   const int num_tiles = a.counters[BM == 128 ? 2 : 0];
@@ -418,7 +421,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // task -> its tile (index into tile_list) and its block of output columns
   static_assert(kColFastest == (kReadyWriter || kClaims), "one task order for the hand-off's writer and readers");
   const int rank = kPairs ? static_cast<int>(cluster_ctarank()) : 0;
-  auto tile_idx = [&](int task) { return kPairs ? 2 * (task % npairs) + rank : task_tile(task, num_tiles); };
+  // (pairs: their tiles come from tile_of below only; tile_idx serves the non-prefetching and swapped paths)
+  auto tile_idx = [&](int task) { return task_tile(task, num_tiles); };
   auto col_blk = [&](int task) { return kPairs ? task / npairs : task_col(task, num_tiles); };
   // work items: a cluster's (pairs) or a CTA's first, and the stride between a CTA's items (read where used: the
   // other kernels compile as before)
@@ -469,21 +473,31 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   constexpr bool kPrefetch = C::kWgmma && !kBlock;
   // work item `it`'s tile {expert, row_begin, rows, 0}; past the last item, an empty tile (nothing is read).
   // Pairs: {expert, row_begin, rows, multicast}: multicast 1 where the pair's two tiles share the expert or the
-  // second is missing (this CTA's, if it is: the first one's expert, no rows).
+  // second is missing (this CTA's, if it is: the first one's expert, no rows). Only the producer reads the flag
+  // (kFlag): the consumers' form loads this CTA's tile alone.
   static_assert(!kPairs || kPrefetch, "pairs: the prefetching (per-tensor 128-row) path");
-  auto tile_of = [&](int it) {  // (kPrefetch kernels only: never in stream-K mode)
+  auto tile_of = [&](int it, auto flag) {  // (kPrefetch kernels only: never in stream-K mode)
+    constexpr bool kFlag = decltype(flag)::value;
     if constexpr (kPairs) {
       if (it >= items) return make_int4(0, 0, 0, 0);
       const int t0 = 2 * (it % npairs);
-      const int4 first = tile_list[t0];
-      if (t0 + 1 >= num_tiles) return rank == 0 ? make_int4(first.x, first.y, first.z, 1) : make_int4(first.x, 0, 0, 1);
-      const int4 second = tile_list[t0 + 1];
-      const int4 mine = rank == 0 ? first : second;
-      return make_int4(mine.x, mine.y, mine.z, first.x == second.x ? 1 : 0);
+      if (t0 + 1 >= num_tiles) {
+        const int4 first = tile_list[t0];
+        return rank == 0 ? make_int4(first.x, first.y, first.z, 1) : make_int4(first.x, 0, 0, 1);
+      }
+      if constexpr (!kFlag) {
+        return tile_list[t0 + rank];
+      } else {
+        const int4 first = tile_list[t0], second = tile_list[t0 + 1];
+        const int4 mine = rank == 0 ? first : second;
+        return make_int4(mine.x, mine.y, mine.z, first.x == second.x ? 1 : 0);
+      }
     } else {
       return it < items ? tile_list[tile_idx(it / S)] : make_int4(0, 0, 0, 0);
     }
   };
+  using WithFlag = std::true_type;
+  using NoFlag = std::false_type;
 
   if (producer) {
     // ---------------------------------------------------------------- producer warp (128-row tiles: warpgroup)
@@ -509,8 +523,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     int4 t_cur = make_int4(0, 0, 0, 0), t_next = make_int4(0, 0, 0, 0);
     int tok_cur[C::kAChunks];
     if constexpr (kPrefetch) {
-      t_cur = tile_of(first_item());
-      t_next = tile_of(first_item() + item_stride());
+      t_cur = tile_of(first_item(), WithFlag{});
+      t_next = tile_of(first_item() + item_stride(), WithFlag{});
       load_tokens(t_cur, tok_cur);
     }
     int step = 0;
@@ -533,7 +547,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       int tok_next[C::kAChunks];
       if constexpr (kPrefetch) {
         tile = t_cur;
-        t_after = tile_of(item + 2 * item_stride());
+        t_after = tile_of(item + 2 * item_stride(), WithFlag{});
         load_tokens(t_next, tok_next);
       } else {
         tile = tile_list[tile_idx(task)];
@@ -688,7 +702,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   constexpr bool kHalfPipe = C::kWgmma && C::kWN >= 128;
   static_assert(kPipe != kHalfPipe, "every tile runs on wgmma, by whole or half stages");
   int step = 0;
-  int4 t_next = kPrefetch ? tile_of(first_item()) : make_int4(0, 0, 0, 0);
+  int4 t_next = kPrefetch ? tile_of(first_item(), NoFlag{}) : make_int4(0, 0, 0, 0);
   HK_MT_ONLY(int tr_items = 0;)
   for (int item = first_item(), u = 0; kClaims || item < items; item += kClaims ? 0 : item_stride(), ++u) {
     int4 tile;
@@ -709,7 +723,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
     if constexpr (kPrefetch) {
       tile = t_next;
-      t_next = tile_of(item + item_stride());
+      t_next = tile_of(item + item_stride(), NoFlag{});
     } else if constexpr (!kClaims) {
       tile = tile_list[tile_idx(task_of(item, u))];
     }

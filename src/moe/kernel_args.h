@@ -42,7 +42,8 @@ struct MoeKernelArgs {
   int32_t* counters;          // [0] num_tiles, [1] dropped rows, [2] num wide tiles (gate_up_bm == 128),
                               // [3] 1 when the swapped down waited per tile (tile_ready), else 0,
                               // [4] the per-tensor swapped down's item claims (one per item it ran, each CTA's
-                              // last, failing one included: ends at tasks x slices; 0 otherwise; zeroed by prep)
+                              // last, failing one included: ends at tasks x slices; 0 otherwise; zeroed by prep),
+                              // [5] 1 when the gate-up ran in clusters of two (gate_up_pairs; zeroed by prep)
   int32_t* expert_offset;     // [E + 1]
   int4* tiles;                // {expert, row_begin, rows, 0}
   int4* tiles_wide;           // the same, 128 rows per tile (written when gate_up_bm == 128)

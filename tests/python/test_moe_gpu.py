@@ -297,6 +297,13 @@ def test_gate_up_pairs_cases(case):
     T, H, I, E, K, kind = PAIR_CASES[case]
     ep = case.startswith("ep_")
     out, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, seed=T + H + I + E, check_repeat=True)
+    if DEFAULT_TILES:  # which gate-up ran: every case runs the per-tensor 128-row one (>= 64 rows per expert)
+        from hopperkit.moe import _workspace_views
+        ran = int(_workspace_views(ws, T, K, H, I, E)["gate_up_pairs"])
+        rows = -(-T * K // E)  # mean_rows_per_expert: over the global experts
+        rule = int(I % 192 == 0 and I % 128 != 0 and rows >= _core._C.MOE_GATE_UP_PAIR_MIN_ROWS)
+        want = {"0": 0, "1": 1}.get(PAIRS, rule)
+        assert ran == want, f"gate_up_pairs {ran}, expected {want} (HOPPERKIT_MOE_PAIRS={PAIRS!r}, {rows} rows)"
     path = os.environ.get("HK_PAIRS_DIGEST")
     if path:
         digests = json.load(open(path)) if os.path.exists(path) else {}
