@@ -213,16 +213,17 @@ void fused_moe(const MoeParams& p) {
   const MoeGemmPlan gate_up = stages >= 2 ? plan_moe_gate_up(a) : MoeGemmPlan{};
   const MoeGemmPlan down = stages >= 3 ? plan_moe_down(a) : MoeGemmPlan{};
   // Measurement aid (not for serving; results are wrong): HOPPERKIT_MOE_PREP_BOUND=1 replaces kernel 1 by its
-  // per-call resets, the GEMMs reusing the index and quantised input of the previous call (prep.cu).
+  // per-call resets, the GEMMs reusing the index and quantised input of the previous call; =2 runs the index
+  // build alone (the quantised input reused), =3 the resets and the quantisation (the index reused; prep.cu).
   // The first call on a workspace (or after its shape changed) runs the full prep, so that there is an index.
-  static const int prep_bound = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 1);
+  static const int prep_bound = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3);
   static const void* bound_ws = nullptr;
   static std::array<int64_t, 5> bound_key = {};
   const std::array<int64_t, 5> key = {p.num_tokens, p.top_k, p.num_local_experts, p.hidden_size, p.intermediate};
   const bool bound_ready = bound_ws == static_cast<const void*>(ws) && bound_key == key;
   if (prep_bound) bound_ws = ws, bound_key = key;
   if (prep_bound && bound_ready && a.index_ctas == 1) {
-    launch_moe_prep_bound(a, p.stream);
+    launch_moe_prep_bound(a, prep_bound, p.stream);
   } else {
     launch_moe_prep(a, p.stream);
   }

@@ -366,30 +366,48 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
 // GEMMs run on the index and the quantised input a previous call left in the workspace. What the op's time
 // loses against the full prep bounds what taking the index build and the quantisation off the gate-up's
 // critical path could win. Results are those of the previous call's routing and input: timing only.
+// CTAs past the first quantise the input as moe_prep_kernel's do (mode 3 below).
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_bound_kernel(const MoeKernelArgs a) {
   launch_dependents();
+  if (blockIdx.x > 0) {
+    if (a.block_scaled) {
+      quantise_input_block(a);
+    } else {
+      quantise_input_per_tensor(a);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
   reset_handoff_state(a, threadIdx.x, a.counters[0]);
 }
 
+unsigned quant_ctas_of(const MoeKernelArgs& a) {
+  if (a.hidden == nullptr) return 0;
+  // columns per warp, as in quantise_input_block / quantise_input_per_tensor
+  const int group = a.block_scaled ? kScaleBlock : 8 * 32;
+  const int64_t warps = (static_cast<int64_t>(a.num_tokens) * a.hidden_size + group - 1) / group;
+  const int64_t blocks = (warps + kPrepThreads / 32 - 1) / (kPrepThreads / 32);
+  return static_cast<unsigned>(blocks < 1024 ? blocks : 1024);
+}
+
 }  // namespace
 
-void launch_moe_prep_bound(const MoeKernelArgs& a, cudaStream_t stream) {
-  moe_prep_bound_kernel<<<1, kPrepThreads, 0, stream>>>(a);
+// mode 1: the resets only; 2: the index build alone (no quantisation CTAs); 3: the resets and the quantisation
+// (no index build). Needs index_ctas == 1.
+void launch_moe_prep_bound(const MoeKernelArgs& a, int mode, cudaStream_t stream) {
+  if (mode == 2) {
+    moe_prep_kernel<<<1, kPrepThreads, 0, stream>>>(a);
+    HK_CHECK_LAUNCH("moe_prep_kernel");
+    return;
+  }
+  moe_prep_bound_kernel<<<1 + (mode == 3 ? quant_ctas_of(a) : 0u), kPrepThreads, 0, stream>>>(a);
   HK_CHECK_LAUNCH("moe_prep_bound_kernel");
 }
 
 void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
   HK_CHECK(kValue, a.index_ctas >= 1 && a.index_ctas <= kMaxIndexCtas, "index_ctas",
            "1.." + std::to_string(kMaxIndexCtas), a.index_ctas);
-  unsigned quant_ctas = 0;
-  if (a.hidden != nullptr) {
-    // columns per warp, as in quantise_input_block / quantise_input_per_tensor
-    const int group = a.block_scaled ? kScaleBlock : 8 * 32;
-    const int64_t warps = (static_cast<int64_t>(a.num_tokens) * a.hidden_size + group - 1) / group;
-    const int64_t blocks = (warps + kPrepThreads / 32 - 1) / (kPrepThreads / 32);
-    quant_ctas = static_cast<unsigned>(blocks < 1024 ? blocks : 1024);
-  }
+  const unsigned quant_ctas = quant_ctas_of(a);
   // the quantisation CTAs go with the one-CTA index build, or with the placement of a chunked one
   const unsigned index_grid = static_cast<unsigned>(a.index_ctas);
   moe_prep_kernel<<<a.index_ctas == 1 ? index_grid + quant_ctas : index_grid, kPrepThreads, 0, stream>>>(a);
