@@ -427,7 +427,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // work items: a cluster's (pairs) or a CTA's first, and the stride between a CTA's items (read where used: the
   // other kernels compile as before)
   auto first_item = [] { return kPairs ? blockIdx.x >> 1 : blockIdx.x; };
-  auto item_stride = [] { return kPairs ? gridDim.x >> 1 : gridDim.x; };
   // Balanced K ranges (stream-K: stream_k_applies in heuristics.h) for the block-wise 16 x 256 gate-up, which
   // runs one CTA per SM: CTA c takes the K steps [stream_k_begin(c), stream_k_begin(c + 1)) of all tasks x nk
   // steps laid end to end; a task shared by two CTAs ("pieces") parks their partials at stream_k_slot and the
@@ -445,6 +444,19 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
   // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x, or claimed (kClaims)) -> its task
   auto task_of = [&](int item, int u) { return stream_k ? sk_task0 + u : item / S; };
+  // Even rounds (the swapped gate-ups, a.even_rounds): the items go to as few CTAs as keep their number of rounds,
+  // ceil(items / ceil(items / grid)), every round then as wide as the first; the CTAs past them leave at once, so
+  // that their SM slots take the down grid's CTAs from the start.
+  constexpr bool kEvenRoundsKernel = kGateUp && C::kSwapAB;
+  int g_eff = static_cast<int>(gridDim.x);
+  if constexpr (kEvenRoundsKernel) {
+    if (a.even_rounds && !stream_k && items > 0) {
+      const int rounds = (items + g_eff - 1) / g_eff;
+      g_eff = (items + rounds - 1) / rounds;
+    }
+  }
+  auto item_stride = [&] { return kPairs ? static_cast<int>(gridDim.x >> 1) : g_eff; };
+  if (kEvenRoundsKernel && static_cast<int>(blockIdx.x) >= g_eff) return;  // (the whole CTA: no item of its own)
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
     for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);
     HK_MT_SET(kMtEntry, tr_entry);

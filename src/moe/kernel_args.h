@@ -62,6 +62,7 @@ struct MoeKernelArgs {
   int32_t* tile_ready;
   // (after the others but the trace builds' field, so that the kernels that do not read it compile as before)
   int gate_up_pairs;          // 1: the 128-row gate-up runs in clusters of two (gate_up_pairs in heuristics.h)
+  int even_rounds;            // 1: the swapped gate-up spreads its items over even rounds (grouped_gemm.cuh)
 #ifdef HOPPERKIT_MOE_TRACE
   unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM (trace builds; moe/trace.h)
 #endif
