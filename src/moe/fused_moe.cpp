@@ -163,10 +163,13 @@ void fused_moe(const MoeParams& p) {
   a.gate_up_pairs = pairs_forced == 0   ? 0
                     : pairs_forced == 1 ? (!block && a.gate_up_bm == 128 ? 1 : 0)
                                         : gate_up_pairs(block, a.gate_up_bm, a.gate_up_tile_n, rows_per_expert);
-  // Profiling aid (not for serving): HOPPERKIT_MOE_EVEN_ROUNDS=1 spreads the swapped gate-up's items over even
-  // rounds (grouped_gemm.cuh).
-  static const int even_rounds = env_int("HOPPERKIT_MOE_EVEN_ROUNDS", 0, 0, 1);
-  a.even_rounds = even_rounds;
+  // The swapped gate-up's items over even rounds (gate_up_even_rounds in heuristics.h). Profiling and test aid:
+  // HOPPERKIT_MOE_EVEN_ROUNDS=0 / =1 forces it off / on for every swapped gate-up.
+  static const int even_forced = env_int("HOPPERKIT_MOE_EVEN_ROUNDS", -1, 0, 1);
+  a.even_rounds = even_forced >= 0 ? even_forced
+                                   : gate_up_even_rounds(block, a.gate_up_bm,
+                                                         few_down_tasks(p.num_local_experts, p.hidden_size,
+                                                                        device_sm_count()));
   // Profiling and test aid (not for serving): HOPPERKIT_MOE_DOWN_BM=64 keeps the down GEMM on 64-row tiles where
   // the gate-up runs 128-row ones; unset, down_block_m() in heuristics.h picks.
   static const int down_bm_forced = env_int("HOPPERKIT_MOE_DOWN_BM", 0, 0, 128);

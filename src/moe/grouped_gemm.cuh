@@ -444,9 +444,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
   // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x, or claimed (kClaims)) -> its task
   auto task_of = [&](int item, int u) { return stream_k ? sk_task0 + u : item / S; };
-  // Even rounds (the swapped gate-ups, a.even_rounds): the items go to as few CTAs as keep their number of rounds,
-  // ceil(items / ceil(items / grid)), every round then as wide as the first; the CTAs past them leave at once, so
-  // that their SM slots take the down grid's CTAs from the start.
+  // Even rounds (the swapped gate-ups, a.even_rounds: gate_up_even_rounds in heuristics.h): the items go to as few
+  // CTAs as keep their number of rounds, ceil(items / ceil(items / grid)), every round then as wide as the first;
+  // the CTAs past them leave at once, so that their SM slots take the down grid's CTAs from the start.
   constexpr bool kEvenRoundsKernel = kGateUp && C::kSwapAB;
   int g_eff = static_cast<int>(gridDim.x);
   if constexpr (kEvenRoundsKernel) {
@@ -456,7 +456,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     }
   }
   auto item_stride = [&] { return kPairs ? static_cast<int>(gridDim.x >> 1) : g_eff; };
-  if (kEvenRoundsKernel && static_cast<int>(blockIdx.x) >= g_eff) return;  // (the whole CTA: no item of its own)
+  if constexpr (kEvenRoundsKernel) {
+    if (a.even_rounds && blockIdx.x == 0 && tid == 0) a.counters[6] = g_eff;  // the CTAs that ran (tests read it)
+    if (static_cast<int>(blockIdx.x) >= g_eff) return;  // (the whole CTA: no item of its own)
+  }
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
     for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);
     HK_MT_SET(kMtEntry, tr_entry);

@@ -43,9 +43,10 @@ __device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, 
 
 // The per-call state of the gate-up -> down hand-off (grouped_gemm.cuh), reset by whichever index build runs: which
 // hand-off the swapped down took (counters[3]: it sets 1 when it waits per tile), the down's item claims
-// (counters[4]), whether the gate-up ran in pairs (counters[5]: the pair kernel sets 1) and every tile's ready count.
+// (counters[4]), whether the gate-up ran in pairs (counters[5]: the pair kernel sets 1), the CTAs an even-rounds
+// gate-up kept (counters[6]) and every tile's ready count.
 __device__ __forceinline__ void reset_handoff_state(const MoeKernelArgs& a, int tid, int total_tiles) {
-  if (tid == 0) a.counters[3] = 0, a.counters[4] = 0, a.counters[5] = 0;
+  if (tid == 0) a.counters[3] = 0, a.counters[4] = 0, a.counters[5] = 0, a.counters[6] = 0;
   if (a.tile_ready != nullptr) {
     for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
   }

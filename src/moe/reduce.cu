@@ -8,7 +8,6 @@
 #include "hopperkit/moe/heuristics.h"
 #include "moe/launch.h"
 #include "common/resident_ctas.h"
-#include "common/env_switch.h"
 
 namespace hopperkit {
 namespace moe {
@@ -107,73 +106,6 @@ __global__ void __launch_bounds__(kReduceThreads, kK == 8 ? 3 : 2) moe_reduce_ke
   }
 }
 
-// Decode sizes: each thread reduces up to two vectors, v and v + grid x threads, with the rows of both in flight
-// together (no loop), so that a grid of two CTAs per SM covers up to twice its threads in one round of loads.
-__global__ void __launch_bounds__(kReduceThreads, 2) moe_reduce_two_kernel(const MoeKernelArgs a) {
-  constexpr int kK = kReduceChunk;
-  const int vecs = a.hidden_size / 8;
-  const int64_t total = static_cast<int64_t>(a.num_tokens) * vecs;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kReduceThreads;
-  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x;
-  Route<kK> r[2];
-  const bool has[2] = {v0 < total, v0 + stride < total};
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    r[q].local = 0;
-    if (has[q]) r[q] = load_route<kK>(a, (v0 + q * stride) / vecs);
-  }
-  grid_dependency_wait();  // y comes from the down GEMM
-  launch_dependents();
-  uint4 y[2][kK];
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int64_t v = v0 + q * stride;
-    const int64_t t = v / vecs;
-    const int col = static_cast<int>(v % vecs) * 8;
-#pragma unroll
-    for (int i = 0; i < kK; ++i) {
-      if (r[q].local & (1u << i)) {
-        y[q][i] = __ldcs(reinterpret_cast<const uint4*>(a.y + (t * a.top_k + i) * a.hidden_size + col));
-      }
-    }
-  }
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    if (!has[q]) continue;
-    const int64_t v = v0 + q * stride;
-    const int64_t t = v / vecs;
-    const int col = static_cast<int>(v % vecs) * 8;
-    float acc[8] = {};
-#pragma unroll
-    for (int i = 0; i < kK; ++i) {
-      if (r[q].local & (1u << i)) {
-        const float wk = r[q].w[i];
-        const uint32_t yy[4] = {y[q][i].x, y[q][i].y, y[q][i].z, y[q][i].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          acc[2 * j] += wk * bf16_bits_to_float(yy[j] & 0xffff);
-          acc[2 * j + 1] += wk * bf16_bits_to_float(yy[j] >> 16);
-        }
-      }
-    }
-    if (a.shared_output != nullptr) {
-      const uint4 sh = __ldg(reinterpret_cast<const uint4*>(a.shared_output + t * a.shared_stride + col));
-      const uint32_t ss[4] = {sh.x, sh.y, sh.z, sh.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[2 * i] += bf16_bits_to_float(ss[i] & 0xffff);
-        acc[2 * i + 1] += bf16_bits_to_float(ss[i] >> 16);
-      }
-    }
-    uint4 o;
-    o.x = pack_bf16x2(acc[0], acc[1]);
-    o.y = pack_bf16x2(acc[2], acc[3]);
-    o.z = pack_bf16x2(acc[4], acc[5]);
-    o.w = pack_bf16x2(acc[6], acc[7]);
-    *reinterpret_cast<uint4*>(a.out + t * a.out_stride + col) = o;
-  }
-}
-
 template <int kK>
 void launch_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
@@ -187,20 +119,6 @@ void launch_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
-  // Profiling aid (not for serving): HOPPERKIT_MOE_REDUCE_TWO=1 takes moe_reduce_two_kernel wherever its grid of
-  // resident CTAs covers every vector in one round (top_k <= 8).
-  static const int two = env_int("HOPPERKIT_MOE_REDUCE_TWO", 0, 0, 1);
-  if (two && a.top_k <= kReduceChunk) {
-    const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
-    static std::atomic<int> cache[kMaxDevices] = {};
-    const int64_t resident = resident_ctas(moe_reduce_two_kernel, kReduceThreads, 0, cache, "moe reduce (two)");
-    const int64_t blocks = (total + 2 * kReduceThreads - 1) / (2 * kReduceThreads);
-    if (blocks <= resident) {
-      launch_with_pdl(moe_reduce_two_kernel, dim3(static_cast<unsigned>(blocks > 0 ? blocks : 1)),
-                      dim3(kReduceThreads), 0, stream, a);
-      return;
-    }
-  }
   if (a.top_k <= kReduceChunk) {
     launch_reduce<kReduceChunk>(a, stream);
   } else {

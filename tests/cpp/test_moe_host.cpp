@@ -143,6 +143,19 @@ TEST(MoeHeuristics, BlockMFollowsRowsPerExpert) {
   EXPECT_EQ(max_tiles(100, 8, 24, 16), 50 + 24);
 }
 
+TEST(MoeHeuristics, GateUpEvenRoundsWithFewDownTasks) {
+  // (block-scaled, gate-up tile height, few down tasks): per-tensor swapped tiles with few down tasks only
+  const int sms = 132;
+  EXPECT_EQ(gate_up_even_rounds(false, 16, few_down_tasks(16, 4096, sms)), 1);   // Qwen3-235B EP8
+  EXPECT_EQ(gate_up_even_rounds(false, 32, few_down_tasks(24, 4096, sms)), 1);   // Hy3 EP8
+  EXPECT_EQ(gate_up_even_rounds(false, 48, true), 1);
+  EXPECT_EQ(gate_up_even_rounds(false, 32, few_down_tasks(128, 4096, sms)), 0);  // Qwen3-235B TP8
+  EXPECT_EQ(gate_up_even_rounds(false, 16, few_down_tasks(32, 7168, sms)), 0);   // DeepSeek-V3 EP8
+  EXPECT_EQ(gate_up_even_rounds(true, 16, true), 0);                             // block-wise: unchanged
+  EXPECT_EQ(gate_up_even_rounds(false, 64, true), 0);                            // not a swapped tile
+  EXPECT_EQ(gate_up_even_rounds(false, 128, true), 0);
+}
+
 TEST(MoeHeuristics, IndexCtas) {
   EXPECT_EQ(index_ctas(1), 1);
   EXPECT_EQ(index_ctas(kIndexCtaRows), 1);      // one CTA builds the whole index

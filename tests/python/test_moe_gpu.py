@@ -337,6 +337,38 @@ def test_gate_up_pairs_forced():
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 
+EVEN = os.environ.get("HOPPERKIT_MOE_EVEN_ROUNDS", "")
+
+
+@pytest.mark.parametrize("T,H,I,E,K,block", [
+    (64, 512, 256, 16, 8, False),    # 32 rows per expert: 32-row tiles, few down tasks (16 x 4): even rounds
+    (16, 512, 1536, 16, 8, False),   # 8 rows per expert, 16-row tiles: 16 x 24 tasks, past one round of CTAs
+    (64, 512, 256, 16, 8, True),     # block-wise: never
+])
+def test_gate_up_even_rounds_ran(T, H, I, E, K, block):
+    """Which swapped gate-up ran: on even rounds (gate_up_even_rounds in heuristics.h: per-tensor with few down
+    tasks) the CTAs it kept are recorded (at most the grid), else 0; HOPPERKIT_MOE_EVEN_ROUNDS forces it."""
+    from hopperkit.moe import _workspace_views
+    _, _, ws = run_case(T, H, I, E, K, block, seed=T + I, check_repeat=True)
+    if not DEFAULT_TILES:
+        pytest.skip("tile switches set")
+    ctas = int(_workspace_views(ws, T, K, H, I, E)["gate_up_even_ctas"])
+    assert index_block_m(T, K, E, block, E, H, I) <= 48
+    want = {"0": False, "1": True}.get(EVEN, not block)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert (0 < ctas <= 2 * sms) if want else ctas == 0, f"gate_up_even_ctas {ctas} (EVEN={EVEN!r}, block={block})"
+
+
+def test_gate_up_even_rounds_forced_off():
+    """The decode tests again with HOPPERKIT_MOE_EVEN_ROUNDS=0 (the default runs even rounds wherever the test
+    shapes have few down tasks, i.e. almost everywhere in this file)."""
+    if EVEN or PAIRS or "HK_PAIRS_DIGEST" in os.environ:
+        pytest.skip("already inside a switched run")
+    tests = "routing_kinds or split_k or 32_row or 48_row or tile_ready or top_k_extremes or even_rounds_ran"
+    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_EVEN_ROUNDS": "0", "HK_TEST_SEED": str(RUN_SEED)})
+    assert " passed" in out and " failed" not in out, out[-2000:]
+
+
 # Tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each (split_k_slices in
 # heuristics.h), so more items than CTAs, each split. On an H200 (132 SMs, 2 CTAs per SM at 16-row tiles): about
 # 70 tiles x 4 column blocks = 280 tasks on 264 CTAs. gate_up: K = H = 4096 (the down's K = 256 does not split);

@@ -162,6 +162,20 @@ constexpr int64_t kGateUpPairMinRows = 160;
 HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int gate_up_tile_n, int64_t rows_per_expert) {
   return !block_scaled && gate_up_bm == 128 && gate_up_tile_n == 192 && rows_per_expert >= kGateUpPairMinRows ? 1 : 0;
 }
+// Even rounds for the per-tensor swapped (16- to 48-row) gate-up (grouped_gemm.cuh, a.even_rounds): its items go to
+// ceil(items / ceil(items / grid)) CTAs, so that a last round of a few CTAs (e.g. 384 tasks on 264 CTAs: 264 +
+// 120) becomes rounds of equal width (192 + 192), and the CTAs past them leave at once, their SM slots taking
+// down CTAs from the start. Only with few down tasks (few_down_tasks: EP8 shapes), where the down's items are
+// long and few. Measured on an H200 (session 52 call 3, same build, the switch forced on against off, twice, 50
+// points at 4-256 tokens, MoE decode tests 76/76 under it): qwen3 EP8 per-tensor 128 / 256 tokens 0.964-0.965x /
+// 0.961-0.964x, hy3 EP8 per-tensor 128 0.970-0.971x, hy3 EP8 256 0.996-0.999x, the other EP8 per-tensor points
+// 0.999-1.015x (hy3 EP8 64 1.015 in one of the two runs); where the down has many tasks it lost: qwen3 TP8 256
+// 1.019-1.020x (its down runs finished tiles in the SM slots a short last round leaves free, which even rounds
+// take away; session 34 saw the same for stream-K), deepseek EP8 per-tensor 16 1.031-1.034x (32 x 56 down tasks:
+// not few). Block-wise points 0.99-1.01x: left as they are. HOPPERKIT_MOE_EVEN_ROUNDS=0 / =1 forces it off / on.
+HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_down) {
+  return !block_scaled && gate_up_bm <= 48 && few_down ? 1 : 0;
+}
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
 // A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
 // H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
