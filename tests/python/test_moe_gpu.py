@@ -364,7 +364,7 @@ def test_gate_up_even_rounds_forced_off():
     shapes have few down tasks, i.e. almost everywhere in this file)."""
     if EVEN or PAIRS or "HK_PAIRS_DIGEST" in os.environ:
         pytest.skip("already inside a switched run")
-    tests = "routing_kinds or split_k or 32_row or 48_row or tile_ready or top_k_extremes or even_rounds_ran"
+    tests = "(routing_kinds and per_tensor) or split_k or 32_row or 48_row or even_rounds_ran"
     out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_EVEN_ROUNDS": "0", "HK_TEST_SEED": str(RUN_SEED)})
     assert " passed" in out and " failed" not in out, out[-2000:]
 
