@@ -222,11 +222,13 @@ void fused_moe(const MoeParams& p) {
   // Measurement aid (not for serving; results are wrong): HOPPERKIT_MOE_PREP_BOUND=1 replaces kernel 1 by its
   // per-call resets, the GEMMs reusing the index and quantised input of the previous call; =2 runs the index
   // build alone (the quantised input reused), =3 the resets and the quantisation (the index reused; prep.cu).
-  // The first call on a workspace (or after its shape changed) runs the full prep, so that there is an index.
+  // The first call on a workspace (or after its shape or tile choice changed) runs the full prep, so that there is
+  // an index of this layout (one key per process: a measurement of one stream and device).
   static const int prep_bound = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3);
   static const void* bound_ws = nullptr;
-  static std::array<int64_t, 5> bound_key = {};
-  const std::array<int64_t, 5> key = {p.num_tokens, p.top_k, p.num_local_experts, p.hidden_size, p.intermediate};
+  static std::array<int64_t, 8> bound_key = {};
+  const std::array<int64_t, 8> key = {p.num_tokens,   p.top_k,      p.num_local_experts, p.hidden_size,
+                                      p.intermediate, a.block_m,    a.gate_up_bm,        a.block_scaled};
   const bool bound_ready = bound_ws == static_cast<const void*>(ws) && bound_key == key;
   if (prep_bound) bound_ws = ws, bound_key = key;
   if (prep_bound && bound_ready && a.index_ctas == 1) {

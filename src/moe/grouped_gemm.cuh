@@ -455,17 +455,20 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       g_eff = (items + rounds - 1) / rounds;
     }
   }
-  auto item_stride = [&] { return kPairs ? static_cast<int>(gridDim.x >> 1) : g_eff; };
-  if constexpr (kEvenRoundsKernel) {
-    if (a.even_rounds && blockIdx.x == 0 && tid == 0) a.counters[6] = g_eff;  // the CTAs that ran (tests read it)
-    if (static_cast<int>(blockIdx.x) >= g_eff) return;  // (the whole CTA: no item of its own)
-  }
+  // (gridDim.x outside the even-rounds kernels: the other kernels compile as before)
+  auto item_stride = [&] {
+    return kPairs ? static_cast<int>(gridDim.x >> 1) : (kEvenRoundsKernel ? g_eff : static_cast<int>(gridDim.x));
+  };
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
     for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);
     HK_MT_SET(kMtEntry, tr_entry);
     HK_MT_SET(kMtWaited, tr_waited);
     HK_MT_SET(kMtSm, sm_id());
   })
+  if constexpr (kEvenRoundsKernel) {  // (after the trace row's reset: a CTA that leaves records no items)
+    if (a.even_rounds && blockIdx.x == 0 && tid == 0) a.counters[6] = g_eff;  // the CTAs that ran (tests read it)
+    if (static_cast<int>(blockIdx.x) >= g_eff) return;  // (the whole CTA: no item of its own)
+  }
   __syncthreads();  // barriers initialised, s_amax cleared
   if constexpr (kPairs) cluster_sync();  // and the peer's: its copies and arrivals may reach this CTA from now on
 
@@ -492,7 +495,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // (kFlag): the consumers' form loads this CTA's tile alone.
   static_assert(!kPairs || kPrefetch, "pairs: the prefetching (per-tensor 128-row) path");
   auto tile_of = [&](int it, auto flag) {  // (kPrefetch kernels only: never in stream-K mode)
-    constexpr bool kFlag = decltype(flag)::value;
+    [[maybe_unused]] constexpr bool kFlag = decltype(flag)::value;
     if constexpr (kPairs) {
       if (it >= items) return make_int4(0, 0, 0, 0);
       const int t0 = 2 * (it % npairs);

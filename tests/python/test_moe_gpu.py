@@ -299,7 +299,7 @@ def test_gate_up_pairs_cases(case):
     out, _, ws = run_case(T, H, I, E, K, False, kind=kind, ep=ep, seed=T + H + I + E, check_repeat=True)
     if DEFAULT_TILES:  # which gate-up ran: every case runs the per-tensor 128-row one (>= 64 rows per expert)
         from hopperkit.moe import _workspace_views
-        ran = int(_workspace_views(ws, T, K, H, I, E)["gate_up_pairs"])
+        ran = int(_workspace_views(ws, T, K, H, I, E // 2 if ep else E)["gate_up_pairs"])  # (local experts)
         rows = -(-T * K // E)  # mean_rows_per_expert: over the global experts
         rule = int(I % 192 == 0 and I % 128 != 0 and rows >= _core._C.MOE_GATE_UP_PAIR_MIN_ROWS)
         want = {"0": 0, "1": 1}.get(PAIRS, rule)
