@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   const int sk_task0 = sk_b / nk;
   // items this CTA may run up to (exclusive): every CTA's own bound in stream-K mode
   const int items = stream_k ? static_cast<int>(blockIdx.x) + ((sk_e - 1) / nk - sk_task0 + 1) * G : tasks * S;
-  // work item `item` (this CTA's u-th: item = blockIdx.x + u gridDim.x, or claimed (kClaims)) -> its task
+  // work item `item` (this CTA's u-th: item = blockIdx.x + u item_stride(), or claimed (kClaims)) -> its task
   auto task_of = [&](int item, int u) { return stream_k ? sk_task0 + u : item / S; };
   // Even rounds (the swapped gate-ups, a.even_rounds: gate_up_even_rounds in heuristics.h): the items go to as few
   // CTAs as keep their number of rounds, ceil(items / ceil(items / grid)), every round then as wide as the first;
