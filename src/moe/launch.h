@@ -13,7 +13,8 @@ namespace moe {
 
 // Kernel 1: routing index (one CTA) and, for a bf16 input, its FP8 quantisation (the other CTAs).
 void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream);
-// Measurement aid (HOPPERKIT_MOE_PREP_BOUND): kernel 1's per-call resets only (timing; see prep.cu).
+// Measurement aid (HOPPERKIT_MOE_PREP_BOUND): kernel 1 reduced to its resets (mode 1), its index build (2) or its
+// resets and quantisation (3); timing only (prep.cu).
 void launch_moe_prep_bound(const MoeKernelArgs& a, int mode, cudaStream_t stream);
 // A grouped-GEMM launch's host-side inputs, prepared (and checked) before the op queues any kernel.
 struct MoeGemmPlan {
