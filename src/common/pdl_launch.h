@@ -11,6 +11,16 @@
 
 namespace hopperkit {
 
+// The launch attribute for clusters of `cluster` CTAs along x (launch_with_pdl_cluster, resident_ctas).
+inline cudaLaunchAttribute cluster_dim_attr(int cluster) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 // The same in clusters of `cluster` CTAs along x (1: no cluster attribute); grid.x must be a multiple of it.
 template <class... Params, class... Args>
 void launch_with_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_smem, int cluster,
@@ -23,10 +33,7 @@ void launch_with_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, s
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
+  attr[1] = cluster_dim_attr(cluster);
   cfg.attrs = attr;
   cfg.numAttrs = cluster > 1 ? 2 : 1;
   HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));

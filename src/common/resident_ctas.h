@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "common/pdl_launch.h"
 #include "hopperkit/error.h"
 
 namespace hopperkit {
@@ -56,11 +57,7 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (
       cfg.gridDim = dim3(static_cast<unsigned>(cluster * device_sm_count()));
       cfg.blockDim = dim3(static_cast<unsigned>(threads));
       cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
+      cudaLaunchAttribute attr[1] = {cluster_dim_attr(cluster)};
       cfg.attrs = attr;
       cfg.numAttrs = 1;
       int clusters = 0;
