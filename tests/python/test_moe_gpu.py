@@ -45,7 +45,7 @@ def make_routing(T, K, E_global, kind, gen):
     """topk_ids [T, K] int32 (distinct per token unless kind says otherwise), topk_weights [T, K] float32."""
     if kind == "one_expert":
         ids = torch.zeros(T, K, dtype=torch.int64, device="cuda")
-    elif kind == "balanced":  # every expert T * K / E_global rows (K <= E_global): token t takes t, t + 1, ..
+    elif kind == "balanced":  # every expert T K / E_global rows (K <= E_global): token t takes t K .. t K + K - 1
         t = torch.arange(T, device="cuda")[:, None]
         ids = (t * K + torch.arange(K, device="cuda")[None, :]) % E_global
     else:
