@@ -207,6 +207,15 @@ void fused_moe(const MoeParams& p) {
   static const int tile_ready = env_int("HOPPERKIT_MOE_TILE_READY", 1, 0, 1);
   a.tile_ready = tile_ready && a.gate_up_bm <= 48 ? reinterpret_cast<int32_t*>(ws + l.tile_ready) : nullptr;
 
+  // The routing index built inside the GEMMs (gemm_index in heuristics.h; kernel 1 keeps the resets and the
+  // quantisation). Profiling and test aid: HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's index build everywhere, =1
+  // takes the GEMMs' wherever it applies (the default). Off under HOPPERKIT_MOE_PREP_BOUND (below), which reuses
+  // kernel 1's index of a previous call.
+  static const int gemm_index_on = env_int("HOPPERKIT_MOE_GEMM_INDEX", 1, 0, 1);
+  static const bool prep_bound_set = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3) != 0;
+  a.gemm_index = gemm_index_on && !prep_bound_set
+                     ? gemm_index(a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts)
+                     : 0;
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
   // the prep kernel, and the index placement when there is one).
   static const int stages = env_int("HOPPERKIT_MOE_STAGES", 4, 1, 4);

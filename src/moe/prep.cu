@@ -44,12 +44,21 @@ __device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, 
 // The per-call state of the gate-up -> down hand-off (grouped_gemm.cuh), reset by whichever index build runs: which
 // hand-off the swapped down took (counters[3]: it sets 1 when it waits per tile), the down's item claims
 // (counters[4]), whether the gate-up ran in pairs (counters[5]: the pair kernel sets 1), the CTAs an even-rounds
-// gate-up kept (counters[6]) and every tile's ready count.
+// gate-up kept (counters[6]), the GEMM index's publication (counters[7]) and every tile's ready count.
 __device__ __forceinline__ void reset_handoff_state(const MoeKernelArgs& a, int tid, int total_tiles) {
-  if (tid == 0) a.counters[3] = 0, a.counters[4] = 0, a.counters[5] = 0, a.counters[6] = 0;
+  if (tid == 0) a.counters[3] = 0, a.counters[4] = 0, a.counters[5] = 0, a.counters[6] = 0, a.counters[7] = 0;
   if (a.tile_ready != nullptr) {
     for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
   }
+}
+
+// With the index built in the GEMMs (a.gemm_index: gemm_index in heuristics.h), the index CTA only resets the
+// per-call state: the split counters and the hand-off state, every tile's ready count up to the tile bound (the
+// count is the gate-up's to find). The gate-up writes the tile list, offsets, counters[0..1] and the rows.
+__device__ void reset_for_gemm_index(const MoeKernelArgs& a) {
+  for (int i = threadIdx.x; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
+  reset_handoff_state(a, threadIdx.x,
+                      static_cast<int>(max_tiles(a.num_tokens, a.top_k, a.num_local_experts, a.block_m)));
 }
 
 __device__ void build_index(const MoeKernelArgs& a) {
@@ -249,7 +258,9 @@ __device__ void quantise_input_block(const MoeKernelArgs& a) {
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a) {
   launch_dependents();  // the next grid (gate-up, or the index placement) may start; it waits for this one
   if (static_cast<int>(blockIdx.x) < a.index_ctas) {
-    if (a.index_ctas == 1) {
+    if (a.gemm_index) {
+      reset_for_gemm_index(a);
+    } else if (a.index_ctas == 1) {
       build_index(a);
     } else {
       count_index_chunk(a, blockIdx.x);

@@ -369,6 +369,96 @@ def test_gate_up_even_rounds_forced_off():
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 
+GEMM_INDEX = os.environ.get("HOPPERKIT_MOE_GEMM_INDEX", "")
+
+
+def gemm_index_expected(T, K, E_local, bm, chunked=False):
+    """Whether the GEMMs build the routing index (gemm_index in heuristics.h; HOPPERKIT_MOE_GEMM_INDEX=0 keeps
+    kernel 1's build): swapped 16- to 48-row tiles, one index CTA's entries, up to 256 local experts."""
+    if GEMM_INDEX == "0" or chunked or GATE_UP_BM in ("64", "128"):
+        return False
+    return bm <= 48 and T * K <= _core._C.MOE_GEMM_INDEX_MAX_ROWS and E_local <= _core._C.MOE_GEMM_INDEX_MAX_EXPERTS
+
+
+def check_index_exact(v, ids, expert_map, E_local, bm):
+    """The routing index against its CPU twin: offsets, dropped count, tiles, and each expert's rows in ascending
+    entry order (the order the GEMMs' build gives, in every CTA and call)."""
+    flat = ids.flatten().long()
+    E_global = int(expert_map.numel()) if expert_map is not None else E_local
+    valid = (flat >= 0) & (flat < E_global)
+    local = torch.full_like(flat, -1)
+    local[valid] = expert_map[flat[valid]].long() if expert_map is not None else flat[valid]
+    counts = torch.bincount(local[local >= 0], minlength=E_local)
+    off = torch.zeros(E_local + 1, dtype=torch.int64, device="cuda")
+    off[1:] = counts.cumsum(0)
+    assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
+    assert int(v["dropped"]) == int((local < 0).sum()), "dropped entries"
+    per = (counts + bm - 1) // bm
+    n = int(per.sum())
+    assert int(v["num_tiles"]) == n and int(v["gemm_index_published"]) == n + 1
+    want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E_local)
+            for i in range(int(per[e]))]
+    assert [tuple(r[:3]) for r in v["tiles"][:n].tolist()] == want, "tile list"
+    order = torch.argsort(local * (flat.numel() + 1) + torch.arange(flat.numel(), device="cuda"))
+    want_rows = order[int((local < 0).sum()):]  # the dropped entries (-1) sort first
+    assert torch.equal(v["sorted_rows"][:int(off[E_local])].long(), want_rows), "rows (ascending entry order)"
+
+
+@pytest.mark.parametrize("T,H,I,E,K,block,ep,kind", [
+    (1, 512, 256, 16, 8, False, False, "uniform"),     # one token: 8 tiles of one row
+    (4, 1024, 512, 64, 8, True, True, "uniform"),      # EP (half local, a map), block-wise 16-row tiles
+    (64, 512, 256, 16, 8, False, False, "skewed"),     # 32-row tiles, a hot expert with several tiles
+    (96, 512, 256, 16, 8, False, True, "uniform"),     # EP at 48 rows per local expert
+    (512, 256, 256, 256, 8, True, False, "uniform"),   # 4096 entries over 256 experts: the build's limits
+    (300, 256, 128, 512, 8, False, True, "skewed"),    # 256 local of 512, 2400 entries, invalid ids
+])
+def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
+    """The routing index the GEMMs built (published by gate-up CTA 0: the tile count + 1), exactly equal to the
+    CPU twin including the rows' order, and the op's output checked by run_case; where the rule does not apply
+    (or HOPPERKIT_MOE_GEMM_INDEX=0), kernel 1's build ran (nothing published). A second call on the workspace
+    with other routing publishes again (the resets are per call)."""
+    from hopperkit.moe import _workspace_views
+    out, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, seed=T + E, invalid_ids=(T == 300))
+    E_local = E // 2 if ep else E
+    bm = index_block_m(T, K, E, block, E_local, H, I)
+    v = _workspace_views(ws, T, K, H, I, E_local)
+    if not gemm_index_expected(T, K, E_local, bm):
+        assert int(v["gemm_index_published"]) == 0, "the GEMM index published where kernel 1 built it"
+        return
+    assert bm <= 48
+    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + 17 * T)
+    # the ids run_case used are not returned: check against a fresh call with known routing on the same workspace
+    ids, tw = make_routing(T, K, E, "skewed" if kind == "uniform" else "uniform", gen)
+    ids[::5, 0] = -1
+    expert_map = None
+    if ep:
+        perm = torch.randperm(E, generator=gen, device="cuda")
+        _, expert_map = half_local_expert_map(perm)
+    w13, s13, w2, s2 = make_weights(E_local, H, I, block, gen)
+    x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
+    a13 = None if block else (x.float().abs().max() / 448.0).reshape(1)
+    a2 = None if block else torch.tensor([4.0 / 448.0], device="cuda")
+    got = hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2, expert_map=expert_map,
+                              workspace=ws)
+    ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2, expert_map=expert_map)
+    torch.cuda.synchronize()
+    bm2 = index_block_m(T, K, E, block, E_local, H, I)
+    if gemm_index_expected(T, K, E_local, bm2):
+        check_index_exact(v, ids, expert_map, E_local, bm2)
+    assert torch.isfinite(got).all()
+    check_close(got, ref, 5e-2, 1e-1, "second call")
+
+
+def test_gemm_index_forced_off():
+    """The decode tests again with HOPPERKIT_MOE_GEMM_INDEX=0 (kernel 1 builds the routing index; by default the
+    GEMMs do wherever the test shapes take swapped tiles)."""
+    if GEMM_INDEX or EVEN or PAIRS or "HK_PAIRS_DIGEST" in os.environ:
+        pytest.skip("already inside a switched run")
+    tests = "(routing_kinds and per_tensor) or split_k or 32_row or 48_row or gemm_index_ran or graph_routing"
+    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_GEMM_INDEX": "0", "HK_TEST_SEED": str(RUN_SEED)})
+    assert " passed" in out and " failed" not in out, out[-2000:]
+
+
 # Tasks just past one wave of resident CTAs over a K of 32 steps: two K slices each (split_k_slices in
 # heuristics.h), so more items than CTAs, each split. On an H200 (132 SMs, 2 CTAs per SM at 16-row tiles): about
 # 70 tiles x 4 column blocks = 280 tasks on 264 CTAs. gate_up: K = H = 4096 (the down's K = 256 does not split);

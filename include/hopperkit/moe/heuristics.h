@@ -176,6 +176,20 @@ HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int gate_up_tile_
 HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_down) {
   return !block_scaled && gate_up_bm <= 48 && few_down ? 1 : 0;
 }
+// The routing index built inside the GEMMs (session 53): where the gate-up runs swapped (16- to 48-row) tiles over
+// the routing index's own tiles and the index fits one CTA, every gate-up CTA builds the expert counts and the
+// tile list in its shared memory from topk_ids (an input, complete before the op started) and finds its tiles'
+// rows itself, while kernel 1 is reduced to the per-call resets and the input quantisation; gate-up CTA 0
+// publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh). Up to kGemmIndexMaxExperts local
+// experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing entries.
+constexpr int kGemmIndexMaxExperts = 256;
+constexpr int64_t kGemmIndexMaxRows = 4096;
+HK_MOE_HD int gemm_index(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
+  return gate_up_bm == block_m && block_m <= 48 && index_ctas_ == 1 && rows <= kGemmIndexMaxRows &&
+                 num_local_experts <= kGemmIndexMaxExperts
+             ? 1
+             : 0;
+}
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
 // A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
 // H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
