@@ -372,12 +372,14 @@ def test_gate_up_even_rounds_forced_off():
 GEMM_INDEX = os.environ.get("HOPPERKIT_MOE_GEMM_INDEX", "")
 
 
-def gemm_index_expected(T, K, E_local, bm, chunked=False):
-    """Whether the GEMMs build the routing index (gemm_index in heuristics.h; HOPPERKIT_MOE_GEMM_INDEX=0 keeps
-    kernel 1's build): swapped 16- to 48-row tiles, one index CTA's entries, up to 256 local experts."""
+def gemm_index_expected(T, K, E_local, bm, block, chunked=False):
+    """Whether the GEMMs build the routing index: where it can run (gemm_index_can in heuristics.h: swapped 16- to
+    48-row tiles, one index CTA's entries, up to 256 local experts), per-tensor up to the rule's entries
+    (gemm_index); HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's build, =1 takes it wherever it can run."""
     if GEMM_INDEX == "0" or chunked or GATE_UP_BM in ("64", "128"):
         return False
-    return bm <= 48 and T * K <= _core._C.MOE_GEMM_INDEX_MAX_ROWS and E_local <= _core._C.MOE_GEMM_INDEX_MAX_EXPERTS
+    can = bm <= 48 and T * K <= _core._C.MOE_GEMM_INDEX_MAX_ROWS and E_local <= _core._C.MOE_GEMM_INDEX_MAX_EXPERTS
+    return can and (GEMM_INDEX == "1" or (not block and T * K <= _core._C.MOE_GEMM_INDEX_RULE_ROWS))
 
 
 def check_index_exact(v, ids, expert_map, E_local, bm):
@@ -406,6 +408,7 @@ def check_index_exact(v, ids, expert_map, E_local, bm):
 
 @pytest.mark.parametrize("T,H,I,E,K,block,ep,kind", [
     (1, 512, 256, 16, 8, False, False, "uniform"),     # one token: 8 tiles of one row
+    (16, 1024, 256, 64, 8, False, True, "skewed"),     # EP, 128 entries: the default rule's most
     (4, 1024, 512, 64, 8, True, True, "uniform"),      # EP (half local, a map), block-wise 16-row tiles
     (64, 512, 256, 16, 8, False, False, "skewed"),     # 32-row tiles, a hot expert with several tiles
     (96, 512, 256, 16, 8, False, True, "uniform"),     # EP at 48 rows per local expert
@@ -422,7 +425,7 @@ def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
     E_local = E // 2 if ep else E
     bm = index_block_m(T, K, E, block, E_local, H, I)
     v = _workspace_views(ws, T, K, H, I, E_local)
-    if not gemm_index_expected(T, K, E_local, bm):
+    if not gemm_index_expected(T, K, E_local, bm, block):
         assert int(v["gemm_index_published"]) == 0, "the GEMM index published where kernel 1 built it"
         return
     assert bm <= 48
@@ -443,19 +446,21 @@ def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
     ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2, expert_map=expert_map)
     torch.cuda.synchronize()
     bm2 = index_block_m(T, K, E, block, E_local, H, I)
-    if gemm_index_expected(T, K, E_local, bm2):
+    if gemm_index_expected(T, K, E_local, bm2, block):
         check_index_exact(v, ids, expert_map, E_local, bm2)
     assert torch.isfinite(got).all()
     check_close(got, ref, 5e-2, 1e-1, "second call")
 
 
-def test_gemm_index_forced_off():
-    """The decode tests again with HOPPERKIT_MOE_GEMM_INDEX=0 (kernel 1 builds the routing index; by default the
-    GEMMs do wherever the test shapes take swapped tiles)."""
+@pytest.mark.parametrize("mode", ["0", "1"])
+def test_gemm_index_forced(mode):
+    """The decode tests again with HOPPERKIT_MOE_GEMM_INDEX=0 (kernel 1 builds the routing index everywhere) and
+    =1 (the GEMMs build it wherever they can: block-wise and up to 4096 entries too)."""
     if GEMM_INDEX or EVEN or PAIRS or "HK_PAIRS_DIGEST" in os.environ:
         pytest.skip("already inside a switched run")
-    tests = "(routing_kinds and per_tensor) or split_k or 32_row or 48_row or gemm_index_ran or graph_routing"
-    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_GEMM_INDEX": "0", "HK_TEST_SEED": str(RUN_SEED)})
+    tests = ("(routing_kinds and per_tensor) or split_k or 32_row or 48_row or gemm_index_ran or graph_routing"
+             " or expert_parallel or top_k_extremes")
+    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_GEMM_INDEX": mode, "HK_TEST_SEED": str(RUN_SEED)})
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 

@@ -177,16 +177,30 @@ HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_do
   return !block_scaled && gate_up_bm <= 48 && few_down ? 1 : 0;
 }
 // The routing index built inside the GEMMs (session 53): where the gate-up runs swapped (16- to 48-row) tiles over
-// the routing index's own tiles and the index fits one CTA, every gate-up CTA builds the expert counts and the
-// tile list in its shared memory from topk_ids (an input, complete before the op started) and finds its tiles'
+// the routing index's own tiles and the index fits one CTA, every gate-up CTA can build the expert counts and the
+// tile list in its shared memory from topk_ids (an input, complete before the op started) and find its tiles'
 // rows itself, while kernel 1 is reduced to the per-call resets and the input quantisation; gate-up CTA 0
-// publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh). Up to kGemmIndexMaxExperts local
-// experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing entries.
+// publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh, gemm_index.cuh). It can run up to
+// kGemmIndexMaxExperts local experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing
+// entries (gemm_index_can); it is taken (gemm_index) per-tensor up to kGemmIndexRuleRows entries, where it won.
+// Measured on an H200 (session 53 call 2, same build, against kernel 1's index, 50 decode points): per-tensor at
+// 4 tokens (32 entries) 0.931-0.982x at all 6 model shapes (qwen3 TP8 29.5 against 31.6 us), at 16 tokens
+// 0.964-1.019x; at 64-256 tokens up to 1.22x slower (hy3 EP8 256: every CTA's histogram of 2048 entries and its
+// per-item row scans on the gate-up's path); block-wise at 4 tokens 0.977-1.035x (kernel 1's amax quantisation
+// stays on the path).
 constexpr int kGemmIndexMaxExperts = 256;
 constexpr int64_t kGemmIndexMaxRows = 4096;
-HK_MOE_HD int gemm_index(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
+constexpr int64_t kGemmIndexRuleRows = 128;
+HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
   return gate_up_bm == block_m && block_m <= 48 && index_ctas_ == 1 && rows <= kGemmIndexMaxRows &&
                  num_local_experts <= kGemmIndexMaxExperts
+             ? 1
+             : 0;
+}
+HK_MOE_HD int gemm_index(bool block_scaled, int block_m, int gate_up_bm, int index_ctas_, int64_t rows,
+                         int num_local_experts) {
+  return !block_scaled && rows <= kGemmIndexRuleRows &&
+                 gemm_index_can(block_m, gate_up_bm, index_ctas_, rows, num_local_experts)
              ? 1
              : 0;
 }
