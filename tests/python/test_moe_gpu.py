@@ -45,6 +45,9 @@ def make_routing(T, K, E_global, kind, gen):
     """topk_ids [T, K] int32 (distinct per token unless kind says otherwise), topk_weights [T, K] float32."""
     if kind == "one_expert":
         ids = torch.zeros(T, K, dtype=torch.int64, device="cuda")
+    elif kind == "balanced":  # every expert T * K / E_global rows (K <= E_global): token t takes t, t + 1, ..
+        t = torch.arange(T, device="cuda")[:, None]
+        ids = (t * K + torch.arange(K, device="cuda")[None, :]) % E_global
     else:
         scores = torch.randn(T, E_global, generator=gen, device="cuda")
         if kind == "skewed":
@@ -496,8 +499,9 @@ def test_block_gate_up_stream_k(H):
     from hopperkit.moe import _workspace_views
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     E, K, I = sms // 12 + 1, 2, 1536
-    T = 4 * E  # ~8 rows per expert: one 16-row tile each
-    _, _, ws = run_case(T, H, I, E, K, True, seed=H + 1, check_repeat=True)
+    T = 4 * E  # 8 rows per expert (balanced: random routing may leave an expert empty or past 16 rows, and the
+    # case without its short tail; session 53 saw 11 tiles at HK_TEST_SEED=781044380): one 16-row tile each
+    _, _, ws = run_case(T, H, I, E, K, True, kind="balanced", seed=H + 1, check_repeat=True)
     assert index_block_m(T, K, E, True, E, H, I) == 16
     tasks = int(_workspace_views(ws, T, K, H, I, E)["num_tiles"]) * (I // 128)
     tail = tasks % sms
