@@ -72,7 +72,9 @@ using namespace ptx;
 constexpr float kActFp8Max = 448.f;
 constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-zero group stays finite
 
-template <int BM, int BN, bool kGateUp, bool kBlock>
+// kIndex: the swapped gate-up variant that builds the routing index itself (a.gemm_index, gemm_index.cuh); a
+// template parameter, so that the other variants compile exactly as without it.
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kIndex = false>
 struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128, "block_m");
   static_assert(BM != 48 || (!kBlock && BN == 128), "48-row tiles: per-tensor, 128 weight rows");
@@ -183,7 +185,9 @@ struct MoeGemmConfig {
   // (kGemmIndexBytes) take the per-tensor kernels' scale and s_amax region where it is large enough (unused
   // there: only block-wise kernels read scales or amax; the 48-row tile, whose two CTAs per SM leave 0.7 KB),
   // else room after the output staging.
-  static constexpr bool kIndexKernel = kGateUp && kSwapAB;
+  static constexpr bool kIndexKernel = kGateUp && kSwapAB && kIndex;
+  static constexpr bool kIndexReader = !kGateUp && kSwapAB && kIndex;  // the down that acquires the published list
+  static_assert(!kIndex || kSwapAB, "the GEMM index: swapped variants only");
   static constexpr bool kIndexInScales =
       kIndexKernel && !kBlock && kStages * kScaleFloats * 4 + BM * 4 >= kGemmIndexBytes;
   static constexpr int kIndexOffset = kIndexInScales ? kStages * kStageBytes : kOutOffset + kOutBytes;
@@ -294,12 +298,12 @@ __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w,
 // it: every consumer warp arrives on both CTAs' empty barriers, and both CTAs run the same stages in the same
 // order (the same pairs, every item the whole of K). The producer waits, before it leaves, for its ring's last
 // releases (the peer's consumers arrive on this CTA's barriers until then).
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false>
-__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads,
-                                  MoeGemmConfig<BM, BN, kGateUp, kBlock>::kMinBlocks)
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false, bool kIndex = false>
+__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>::kThreads,
+                                  MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>::kMinBlocks)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
                     const __grid_constant__ CUtensorMap amap) {
-  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
+  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>;
   static_assert(!kPairs || (BM == 128 && kGateUp && !kBlock), "pairs: the per-tensor 128-row gate-up");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -349,7 +353,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // tables from topk_ids while kernel 1 runs (the build's first barrier also publishes the ring's barriers), and
   // CTA 0 writes the tile list, the offsets and counters[0..1] for the down GEMM (which reads them once CTA 0 has
   // released counters[7], below) and the tests. Kernel 1 writes none of them in this mode.
-  const bool gidx = C::kIndexKernel && a.gemm_index;
+  constexpr bool gidx = C::kIndexKernel;  // (the host picks this variant where a.gemm_index says)
   if constexpr (C::kIndexKernel) {
     if (gidx) {
       gemm_index_build<BM, C::kThreads>(a, s_roff, s_toff, &s_dropped);
@@ -396,7 +400,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   if constexpr (kEarlyWeights) {
     // the GEMM index: the tile list is the gate-up CTA 0's, published (release) before that CTA triggered this
     // grid; acquired here once for the CTA (the barrier below orders every thread's reads of it after)
-    if (a.gemm_index && tid == 0) wait_count_at_least(a.counters + 7, 1);
+    if constexpr (C::kIndexReader) {
+      if (tid == 0) wait_count_at_least(a.counters + 7, 1);
+    }
     __syncthreads();  // barriers initialised
     if (producer && lane == 0) {
       const int nt0 = __ldcg(a.counters);
