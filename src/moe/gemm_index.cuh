@@ -10,7 +10,7 @@
 //    build writes, the same tiles in the same order);
 //  * gemm_index_rows: one warp finds a tile's rows, the entries of its expert in ascending entry order (stable:
 //    the same in every CTA and every call), ranks [(ti - toff[e]) * BM, + rows) of that expert, by ballots over
-//    the entries 512 at a time (topk_ids and the expert map stay in L1 after the histogram's pass).
+//    the entries 256 at a time (topk_ids and the expert map stay in L1 after the histogram's pass).
 // The tables are kGemmIndexSlots uint16 each (up to kGemmIndexMaxExperts local experts).
 #pragma once
 
@@ -38,9 +38,10 @@ __device__ __forceinline__ void gemm_index_build(const MoeKernelArgs& a, uint16_
   for (int w = tid; w < kGemmIndexSlots / 2; w += kThreads) cnt[w] = 0u;
   if (tid == 0) *s_dropped = 0;
   __syncthreads();
-  // 16 entries per thread and pass (one pass up to 2560 entries at 160 threads): their id loads, then their map
-  // loads, issued back to back (each pass is two dependent round trips to L2)
-  constexpr int kBatch = 16;
+  // 4 entries per thread and pass: their id loads, then their map loads, issued back to back (each pass is two
+  // dependent round trips to L2). 16 per pass measured slower at 4-16 tokens (session 53 calls 2-4, docs/moe.md):
+  // 4 here and 8 in the row scan are the sizes of the build that won at 4 tokens.
+  constexpr int kBatch = 4;
   int dropped = 0;
   for (int base = tid; base < n; base += kThreads * kBatch) {
     int id[kBatch];
@@ -128,7 +129,7 @@ __device__ __forceinline__ void gemm_index_rows(const MoeKernelArgs& a, const ui
   const int n = a.num_tokens * a.top_k;
   const int rank0 = tile.y - roff[tile.x];
   const int want = rank0 + tile.z;
-  constexpr int kBatch = 16;  // 32 x 16 entries per pass: their loads issued together
+  constexpr int kBatch = 8;  // 32 x 8 entries per pass: their loads issued together
   int seen = 0;              // entries of the expert before this pass
   for (int base = 0; base < n && seen < want; base += 32 * kBatch) {
     int le[kBatch];
