@@ -219,7 +219,7 @@ void fused_moe(const MoeParams& p) {
                      ? index_can
                      : gemm_index(block, a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts);
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
-  // the prep kernel, and the index placement when there is one).
+  // the prep kernel, and the index placement when there is one; with the GEMM index, stage 1 builds no index).
   static const int stages = env_int("HOPPERKIT_MOE_STAGES", 4, 1, 4);
   // Profiling aids: HOPPERKIT_MOE_NO_SPLIT turns the decode tiles' split-K off; HOPPERKIT_MOE_SPLIT=n (1..8)
   // sets the items per CTA the split aims at (split_k_slices in heuristics.h).

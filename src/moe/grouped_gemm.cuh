@@ -839,6 +839,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     // when each lane stored two rows per row tile)
     constexpr bool kLateRowIds = C::kSwapAB && BM == 48;
     auto load_row_ids = [&] {
+      // the GEMM index: the rows come from the gate-up's producers (sorted_rows), published by the tile's ready
+      // count; the producer lanes acquired it, this thread acquires it too (already reached: one load) so that
+      // its own reads are ordered after the writers' (the full barrier's arrivals do not carry that acquire)
+      if constexpr (C::kIndexReader) {
+        if (poll_ready) (void)ld_acquire_gpu(a.tile_ready + tile_idx(task_of(item, u)));
+      }
 #pragma unroll
       for (int j = 0; j < C::kSwapRowTiles; ++j) {
         const int r = 8 * j + g;

@@ -422,6 +422,9 @@ void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
   const unsigned quant_ctas = quant_ctas_of(a);
   // the quantisation CTAs go with the one-CTA index build, or with the placement of a chunked one
   const unsigned index_grid = static_cast<unsigned>(a.index_ctas);
+  // A plain launch (no PDL) on purpose: with the GEMM index (a.gemm_index), the gate-up writes the tile list, the
+  // offsets and the rows before its own grid-dependency wait, which is safe only because the previous call's
+  // down and reduce have completed before this kernel (and so the gate-up) started.
   moe_prep_kernel<<<a.index_ctas == 1 ? index_grid + quant_ctas : index_grid, kPrepThreads, 0, stream>>>(a);
   HK_CHECK_LAUNCH("moe_prep_kernel");
   if (a.index_ctas > 1) {

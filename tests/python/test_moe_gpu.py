@@ -375,11 +375,11 @@ def test_gate_up_even_rounds_forced_off():
 GEMM_INDEX = os.environ.get("HOPPERKIT_MOE_GEMM_INDEX", "")
 
 
-def gemm_index_expected(T, K, E_local, bm, block, chunked=False):
+def gemm_index_expected(T, K, E_local, bm, block):
     """Whether the GEMMs build the routing index: where it can run (gemm_index_can in heuristics.h: swapped 16- to
     48-row tiles, one index CTA's entries, up to 256 local experts), per-tensor up to the rule's entries
     (gemm_index); HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's build, =1 takes it wherever it can run."""
-    if GEMM_INDEX == "0" or chunked or GATE_UP_BM in ("64", "128"):
+    if GEMM_INDEX == "0":  # (bm: index_block_m, which maps 32 / 48 to 64 under a forced HOPPERKIT_MOE_GATEUP_BM)
         return False
     can = bm <= 48 and T * K <= _core._C.MOE_GEMM_INDEX_MAX_ROWS and E_local <= _core._C.MOE_GEMM_INDEX_MAX_EXPERTS
     return can and (GEMM_INDEX == "1" or (not block and T * K <= _core._C.MOE_GEMM_INDEX_RULE_ROWS))
@@ -417,6 +417,9 @@ def check_index_exact(v, ids, expert_map, E_local, bm):
     (96, 512, 256, 16, 8, False, True, "uniform"),     # EP at 48 rows per local expert
     (512, 256, 256, 256, 8, True, False, "uniform"),   # 4096 entries over 256 experts: the build's limits
     (300, 256, 128, 512, 8, False, True, "skewed"),    # 256 local of 512, 2400 entries, invalid ids
+    (8, 512, 256, 200, 8, False, False, "uniform"),    # 200 experts: not a multiple of the scan's 32 lanes
+    (32, 512, 256, 72, 8, True, True, "skewed"),       # 36 local experts, block-wise
+    (4, 512, 256, 2, 2, False, True, "uniform"),       # one local expert
 ])
 def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
     """The routing index the GEMMs built (published by gate-up CTA 0: the tile count + 1), exactly equal to the
@@ -462,7 +465,7 @@ def test_gemm_index_forced(mode):
     if GEMM_INDEX or EVEN or PAIRS or "HK_PAIRS_DIGEST" in os.environ:
         pytest.skip("already inside a switched run")
     tests = ("(routing_kinds and per_tensor) or split_k or 32_row or 48_row or gemm_index_ran or graph_routing"
-             " or expert_parallel or top_k_extremes")
+             " or expert_parallel or top_k_extremes or stream_k or even_rounds_ran")
     out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_GEMM_INDEX": mode, "HK_TEST_SEED": str(RUN_SEED)})
     assert " passed" in out and " failed" not in out, out[-2000:]
 
