@@ -666,5 +666,8 @@ NB_MODULE(_C, m) {
   m.attr("PLAN_MAX_SM_SLOTS") = static_cast<int>(decode::kMaxSmSlots);
   m.attr("MOE_INDEX_CHUNKED_MIN_LOCAL_ROWS") = static_cast<int64_t>(moe::kIndexChunkedMinLocalRows);
   m.attr("MOE_WIDE_GATE_UP_MIN_ROWS") = static_cast<int64_t>(moe::kWideGateUpMinRows);
+  m.attr("MOE_GEMM_INDEX_MAX_ROWS") = static_cast<int64_t>(moe::kGemmIndexMaxRows);
+  m.attr("MOE_GEMM_INDEX_MAX_EXPERTS") = static_cast<int64_t>(moe::kGemmIndexMaxExperts);
+  m.attr("MOE_GEMM_INDEX_RULE_ROWS") = static_cast<int64_t>(moe::kGemmIndexRuleRows);
   m.attr("MOE_GATE_UP_PAIR_MIN_ROWS") = static_cast<int64_t>(moe::kGateUpPairMinRows);
 }

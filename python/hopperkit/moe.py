@@ -102,7 +102,7 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         nbytes = n * torch.empty((), dtype=dtype).element_size()
         return workspace[off[name]:off[name] + nbytes].view(dtype).view(*shape)
 
-    counters = view("counters", torch.int32, (7,))
+    counters = view("counters", torch.int32, (8,))
     return {
         "num_tiles": counters[0], "dropped": counters[1], "num_wide_tiles": counters[2],
         # 1 when the (swapped) down GEMM waited per tile on tile_ready rather than for the gate-up grid
@@ -114,6 +114,9 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         "gate_up_pairs": counters[5],
         # the CTAs a swapped gate-up on even rounds kept (gate_up_even_rounds in heuristics.h), else 0
         "gate_up_even_ctas": counters[6],
+        # with the routing index built in the GEMMs (gemm_index in heuristics.h): the tile count + 1, which gate-up
+        # CTA 0 published to the down; 0 when kernel 1 built the index
+        "gemm_index_published": counters[7],
         "expert_offset": view("expert_offset", torch.int32, (num_local_experts + 1,)),
         "tiles": view("tiles", torch.int32, ((off["tiles_wide"] - off["tiles"]) // 16, 4)),
         # 128-row tiles: written only when the gate-up runs 128-row tiles (gate_up_block_m in heuristics.h)

@@ -207,8 +207,19 @@ void fused_moe(const MoeParams& p) {
   static const int tile_ready = env_int("HOPPERKIT_MOE_TILE_READY", 1, 0, 1);
   a.tile_ready = tile_ready && a.gate_up_bm <= 48 ? reinterpret_cast<int32_t*>(ws + l.tile_ready) : nullptr;
 
+  // The routing index built inside the GEMMs (gemm_index in heuristics.h; kernel 1 keeps the resets and the
+  // quantisation). Profiling and test aid: HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's index build everywhere, =1
+  // takes the GEMMs' wherever it can run (gemm_index_can); unset, gemm_index() picks. Off under
+  // HOPPERKIT_MOE_PREP_BOUND (below), which reuses kernel 1's index of a previous call.
+  static const int gemm_index_forced = env_int("HOPPERKIT_MOE_GEMM_INDEX", -1, 0, 1);
+  static const bool prep_bound_set = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3) != 0;
+  const int index_can = gemm_index_can(a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts);
+  a.gemm_index = prep_bound_set || gemm_index_forced == 0 ? 0
+                 : gemm_index_forced == 1
+                     ? index_can
+                     : gemm_index(block, a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts);
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
-  // the prep kernel, and the index placement when there is one).
+  // the prep kernel, and the index placement when there is one; with the GEMM index, stage 1 builds no index).
   static const int stages = env_int("HOPPERKIT_MOE_STAGES", 4, 1, 4);
   // Profiling aids: HOPPERKIT_MOE_NO_SPLIT turns the decode tiles' split-K off; HOPPERKIT_MOE_SPLIT=n (1..8)
   // sets the items per CTA the split aims at (split_k_slices in heuristics.h).

@@ -2,7 +2,8 @@
 // Variants (tile rows / scaling / weight rows per tile): 16 and 32 both scalings 128, 16 and 32 per-tensor also 256
 // (short K: down_tile_n in heuristics.h), 48 per-tensor 128; 64 and 128 both scalings 128 or 256 (down_bm from
 // down_block_m in heuristics.h: 128 only where the gate-up runs 128-row tiles, whose tile list it shares, and
-// block-wise only from I = 512).
+// block-wise only from I = 512). The 16- to 48-row ones also as GEMM-index readers (kIndex: gemm_index in
+// heuristics.h).
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -17,6 +18,22 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
   HK_CHECK(kUnsupported, a.down_tile_n == 128 || a.hidden_size % 256 == 0, "down tile_n / hidden",
            "128, or a hidden size that is a multiple of 256",
            std::to_string(a.down_tile_n) + " / " + std::to_string(a.hidden_size));
+  if (a.gemm_index) {  // the swapped downs that acquire the tile list the GEMM-index gate-up published
+    switch ((a.down_bm * 2 + a.block_scaled) * 1000 + a.down_tile_n) {
+      case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, false, false, false, true>{}); return;
+      case (16 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<16, 256, false, false, false, true>{}); return;
+      case (16 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<16, 128, false, true, false, true>{}); return;
+      case (32 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<32, 128, false, false, false, true>{}); return;
+      case (32 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<32, 256, false, false, false, true>{}); return;
+      case (32 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<32, 128, false, true, false, true>{}); return;
+      case (48 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<48, 128, false, false, false, true>{}); return;
+      default:
+        HK_CHECK(kUnsupported, false, "GEMM-index down block_m / block_scaled / tile_n",
+                 "16/0/128, 16/0/256, 16/1/128, 32/0/128, 32/0/256, 32/1/128 or 48/0/128",
+                 std::to_string(a.down_bm) + "/" + std::to_string(a.block_scaled) + "/" +
+                     std::to_string(a.down_tile_n));
+    }
+  }
   switch ((a.down_bm * 2 + a.block_scaled) * 1000 + a.down_tile_n) {
     case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, false, false>{}); break;
     case (16 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<16, 256, false, false>{}); break;

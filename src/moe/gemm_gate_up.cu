@@ -1,5 +1,6 @@
 // hopperkit fused FP8 MoE, kernel 2: gate-up GEMM + SiLU(gate) * up + FP8 quantisation.
-// Variants (tile rows / scaling / weight rows per tile): 16, 32 and 48 per-tensor 128, 16 and 32 block 256, 64
+// Variants (tile rows / scaling / weight rows per tile): 16, 32 and 48 per-tensor 128, 16 and 32 block 256 (each
+// also as the GEMM-index variant, kIndex: gemm_index in heuristics.h), 64
 // per-tensor 128 or 256, 64 block 256, 128 per-tensor 128 or 192 (each also in clusters of two: gate_up_pairs),
 // 128 block 256 (block_m and gate_up_block_m in heuristics.h).
 #include "moe/gemm_launch.cuh"
@@ -26,6 +27,20 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
       case 192: f(MoeGemmVariant<128, 192, true, false, true>{}); return;
       default:
         HK_CHECK(kUnsupported, false, "gate-up pairs tile_n", "128 or 192", std::to_string(a.gate_up_tile_n));
+    }
+  }
+  if (a.gemm_index) {  // the swapped variants that build the routing index themselves (gemm_index in heuristics.h)
+    switch ((a.gate_up_bm * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {
+      case (16 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<16, 128, true, false, false, true>{}); return;
+      case (16 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<16, 256, true, true, false, true>{}); return;
+      case (32 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<32, 128, true, false, false, true>{}); return;
+      case (32 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<32, 256, true, true, false, true>{}); return;
+      case (48 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<48, 128, true, false, false, true>{}); return;
+      default:
+        HK_CHECK(kUnsupported, false, "GEMM-index gate-up block_m / block_scaled / tile_n",
+                 "16/0/128, 16/1/256, 32/0/128, 32/1/256 or 48/0/128",
+                 std::to_string(a.gate_up_bm) + "/" + std::to_string(a.block_scaled) + "/" +
+                     std::to_string(a.gate_up_tile_n));
     }
   }
   switch ((a.gate_up_bm * 2 + a.block_scaled) * 1000 + a.gate_up_tile_n) {

@@ -45,6 +45,7 @@
 #include "common/ptx.cuh"
 #include "common/wgmma.cuh"
 #include "hopperkit/moe/heuristics.h"
+#include "moe/gemm_index.cuh"
 #include "moe/kernel_args.h"
 
 // Per-CTA event trace (moe/trace.h): compiled only with -DHOPPERKIT_MOE_TRACE.
@@ -71,7 +72,9 @@ using namespace ptx;
 constexpr float kActFp8Max = 448.f;
 constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-zero group stays finite
 
-template <int BM, int BN, bool kGateUp, bool kBlock>
+// kIndex: the swapped gate-up variant that builds the routing index itself (a.gemm_index, gemm_index.cuh); a
+// template parameter, so that the other variants compile exactly as without it.
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kIndex = false>
 struct MoeGemmConfig {
   static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128, "block_m");
   static_assert(BM != 48 || (!kBlock && BN == 128), "48-row tiles: per-tensor, 128 weight rows");
@@ -178,8 +181,22 @@ struct MoeGemmConfig {
   static_assert(!kStagedOut || (kMT == 1 && kWM * kOutRowChunks % 32 == 0), "whole chunks per lane");
   static constexpr int kOutOffset =  // after the ring, the scales, s_amax and the barriers, 16-byte aligned
       (kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8 + 15) / 16 * 16;
-  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes;
+  // The swapped gate-up builds the routing index itself when a.gemm_index says (gemm_index.cuh): its two tables
+  // (kGemmIndexBytes) take the per-tensor kernels' scale and s_amax region where it is large enough (unused
+  // there: only block-wise kernels read scales or amax; the 48-row tile, whose two CTAs per SM leave 0.7 KB),
+  // else room after the output staging.
+  static constexpr bool kIndexKernel = kGateUp && kSwapAB && kIndex;
+  static constexpr bool kIndexReader = !kGateUp && kSwapAB && kIndex;  // the down that acquires the published list
+  static_assert(!kIndex || kSwapAB, "the GEMM index: swapped variants only");
+  static constexpr bool kIndexInScales =
+      kIndexKernel && !kBlock && kStages * kScaleFloats * 4 + BM * 4 >= kGemmIndexBytes;
+  static constexpr int kIndexOffset = kIndexInScales ? kStages * kStageBytes : kOutOffset + kOutBytes;
+  static constexpr int kIndexExtra = kIndexKernel && !kIndexInScales ? kGemmIndexBytes : 0;
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + kOutOffset + kOutBytes + kIndexExtra;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  // the swapped tiles over 128 weight rows keep two CTAs per SM (228 KB, 1 KB reserved per CTA, up to 0.5 KB of
+  // static shared memory each)
+  static_assert(!(kSwapAB && BN == 128) || 2 * (kSmemBytes + 1024 + 512) <= 228 * 1024, "two CTAs per SM");
   static_assert(!kSwapAB || BM * BN <= kSplitSliceFloats, "a split partial tile fits its workspace slice");
   // the swapped down's stage retire applies one weight scale per stage (sc[BM]): one 128-row weight block
   static_assert(!(kSwapAB && kBlock && !kGateUp) || BN == 128, "block-wise swapped down: 128 weight rows");
@@ -281,12 +298,12 @@ __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w,
 // it: every consumer warp arrives on both CTAs' empty barriers, and both CTAs run the same stages in the same
 // order (the same pairs, every item the whole of K). The producer waits, before it leaves, for its ring's last
 // releases (the peer's consumers arrive on this CTA's barriers until then).
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false>
-__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThreads,
-                                  MoeGemmConfig<BM, BN, kGateUp, kBlock>::kMinBlocks)
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false, bool kIndex = false>
+__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>::kThreads,
+                                  MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>::kMinBlocks)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
                     const __grid_constant__ CUtensorMap amap) {
-  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock>;
+  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>;
   static_assert(!kPairs || (BM == 128 && kGateUp && !kBlock), "pairs: the per-tensor 128-row gate-up");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -299,6 +316,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // swapped down (kClaims below): item u >= 1's {expert, row_begin, rows, item} (item -1: no more), written by the
   // producer into the slot of the item's first stage before it arms that stage
   __shared__ int4 s_claim[C::kStages];
+  // a.gemm_index (swapped gate-up, gemm_index.cuh): the routing index's tables, the producer's current tile rows
+  // (entry ids) and the dropped entries' count
+  uint16_t* s_roff = reinterpret_cast<uint16_t*>(smem + C::kIndexOffset);  // [kGemmIndexSlots]
+  uint16_t* s_toff = s_roff + kGemmIndexSlots;                             // [kGemmIndexSlots]
+  __shared__ int s_rows[C::kIndexKernel ? BM : 1];
+  __shared__ int s_dropped;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   HK_MT_ONLY(const unsigned long long tr_entry = globaltimer();)
@@ -326,6 +349,22 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     if (C::kTmaA) prefetch_tensormap(&amap);
   }
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
+  // The routing index built here (a.gemm_index: the swapped gate-up; kernel 1 then only resets and quantises): the
+  // tables from topk_ids while kernel 1 runs (the build's first barrier also publishes the ring's barriers), and
+  // CTA 0 writes the tile list, the offsets and counters[0..1] for the down GEMM (which reads them once CTA 0 has
+  // released counters[7], below) and the tests. Kernel 1 writes none of them in this mode.
+  constexpr bool gidx = C::kIndexKernel;  // (the host picks this variant where a.gemm_index says)
+  if constexpr (C::kIndexKernel) {
+    if (gidx) {
+      gemm_index_build<BM, C::kThreads>(a, s_roff, s_toff, &s_dropped);
+      if (blockIdx.x == 0) {
+        const int E = a.num_local_experts, T = s_toff[E];
+        for (int ti = tid; ti < T; ti += C::kThreads) a.tiles[ti] = gemm_index_tile<BM>(s_roff, s_toff, E, ti);
+        for (int e = tid; e <= E; e += C::kThreads) a.expert_offset[e] = s_roff[e];
+        if (tid == 0) a.counters[0] = T, a.counters[1] = s_dropped;
+      }
+    }
+  }
   // Down, swapped (16- to 48-row) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
   // act, does), so the producer issues the weight boxes of its first kStages stages (per-tensor: of its first
   // item's, kClaims below) before waiting for that grid: a CTA that becomes resident while gate-up CTAs still run streams weights during their tail. The tile
@@ -359,6 +398,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto task_col = [&](int task, int tiles) { return kColFastest ? task % n_blocks : task / tiles; };
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
+    // the GEMM index: the tile list is the gate-up CTA 0's, published (release) before that CTA triggered this
+    // grid; acquired here once for the CTA (the barrier below orders every thread's reads of it after)
+    if constexpr (C::kIndexReader) {
+      if (tid == 0) wait_count_at_least(a.counters + 7, 1);
+    }
     __syncthreads();  // barriers initialised
     if (producer && lane == 0) {
       const int nt0 = __ldcg(a.counters);
@@ -395,15 +439,17 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   // the down reads the tile count before its wait: the prep grid wrote it, complete before any gate-up CTA
   // passed its wait, hence before this grid was launched (as kEarlyWeights above)
   if constexpr (!kReadyReader) {
-    grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
-    launch_dependents();
+    if (!gidx) {  // (the GEMM index's gate-up waits below, after its first item's rows and weights)
+      grid_dependency_wait();  // the routing index and the A operand come from the previous kernel
+      launch_dependents();
+    }
   }
   if constexpr (kPairs) {  // which gate-up ran (tests read it; prep zeroed it before this grid's wait released)
     if (blockIdx.x == 0 && tid == 0) a.counters[5] = 1;
   }
   // the wide gate-up (128-row tiles) drains the 128-row tile list the index build wrote beside the other
   const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
-  const int num_tiles = a.counters[BM == 128 ? 2 : 0];
+  const int num_tiles = gidx ? static_cast<int>(s_toff[a.num_local_experts]) : a.counters[BM == 128 ? 2 : 0];
   // pairs: a task is (pair of tiles, column block), pair fastest
   const int npairs = (num_tiles + 1) / 2;
   const int tasks = (kPairs ? npairs : num_tiles) * n_blocks;
@@ -459,6 +505,47 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   auto item_stride = [&] {
     return kPairs ? static_cast<int>(gridDim.x >> 1) : (kEvenRoundsKernel ? g_eff : static_cast<int>(gridDim.x));
   };
+  auto item_range = [&](int item, int u, int& kb0, int& kb1) {
+    if (stream_k) {
+      stream_k_task_steps(task_of(item, u), sk_b, sk_e, nk, kb0, kb1);
+      return;
+    }
+    const int slice = item % S;
+    kb0 = slice * nk / S;
+    kb1 = (slice + 1) * nk / S;
+  };
+
+  // The GEMM index's gate-up: this CTA's first item (none for an even-rounds CTA past g_eff) gets its rows, and
+  // the weights of its first stages go out (the main loop skips those, pre_steps), before the wait for kernel 1
+  // (the resets and the quantised input); then CTA 0 releases the tile count (+ 1) to the down GEMM, before this
+  // grid's trigger, so that the down finds it published.
+  if constexpr (C::kIndexKernel) {
+    if (gidx) {
+      const int item0 = first_item();
+      if (producer && item0 < items && item0 < g_eff) {
+        const int task0 = task_of(item0, 0);
+        const int4 t0 = gemm_index_tile<BM>(s_roff, s_toff, a.num_local_experts, tile_idx(task0));
+        gemm_index_rows(a, s_roff, t0, s_rows);
+        if (lane == 0) {
+          int kb0, kb1;
+          item_range(item0, 0, kb0, kb1);
+          const int n0 = col_blk(task0) * cols_per_task;
+          const uint64_t policy = policy_evict_first();
+          for (int kt = kb0; kt < kb1 && pre_steps < C::kStages; ++kt, ++pre_steps) {
+            uint8_t* sb = smem + pre_steps * C::kStageBytes + C::kABytes;  // slot pre_steps: no wait for a free one
+            mbar_arrive_expect_tx(&full[pre_steps], C::kBoxes * C::kBoxRows * C::kBK);
+            tma_load_4d(sb, &wmap, &full[pre_steps], kt * C::kBK, n0, t0.x, 0, policy);                  // gate
+            tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[pre_steps], kt * C::kBK, I + n0, t0.x, 0, policy);
+          }
+        }
+        pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);
+      }
+      __syncthreads();         // CTA 0: its threads' tile list and offsets are written
+      grid_dependency_wait();  // kernel 1: the per-call resets and the quantised input
+      if (blockIdx.x == 0 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
+      launch_dependents();
+    }
+  }
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
     for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);
     HK_MT_SET(kMtEntry, tr_entry);
@@ -471,16 +558,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
   }
   __syncthreads();  // barriers initialised, s_amax cleared
   if constexpr (kPairs) cluster_sync();  // and the peer's: its copies and arrivals may reach this CTA from now on
-
-  auto item_range = [&](int item, int u, int& kb0, int& kb1) {
-    if (stream_k) {
-      stream_k_task_steps(task_of(item, u), sk_b, sk_e, nk, kb0, kb1);
-      return;
-    }
-    const int slice = item % S;
-    kb0 = slice * nk / S;
-    kb1 = (slice + 1) * nk / S;
-  };
 
   // Which latency hiding each kernel gets, as measured (session 4, device runs 4-6):
   //  * kPrefetch (per-tensor 64-row tiles): the producer loads each item's tile two items ahead and its token ids
@@ -567,6 +644,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         tile = t_cur;
         t_after = tile_of(item + 2 * item_stride(), WithFlag{});
         load_tokens(t_next, tok_next);
+      } else if (gidx) {
+        tile = gemm_index_tile<BM>(s_roff, s_toff, a.num_local_experts, tile_idx(task));
+        if (u > 0) gemm_index_rows(a, s_roff, tile, s_rows);  // (the first item's: before the wait, above)
       } else {
         tile = tile_list[tile_idx(task)];
       }
@@ -583,7 +663,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           const int r = (pl + kP * i) >> 3;
           a_ok[i] = r < rows;
           const int slot = row_begin + (a_ok[i] ? r : 0);
-          const int tok = kPrefetch ? tok_cur[i] : (kGateUp ? a.sorted_rows[slot] / a.top_k : 0);
+          const int tok =
+              kPrefetch ? tok_cur[i]
+                        : (kGateUp ? (gidx ? s_rows[a_ok[i] ? r : 0] : a.sorted_rows[slot]) / a.top_k : 0);
           a_src[i] = (kGateUp ? a.a_in + static_cast<int64_t>(tok) * a.a_in_stride
                               : a.act + static_cast<int64_t>(slot) * I) + ((pl + kP * i) & 7) * 16;
         }
@@ -599,7 +681,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
           if (idx < BM) {
             sc_ok[j] = idx < rows;
             const int slot = row_begin + (sc_ok[j] ? idx : 0);
-            sc_src[j] = kGateUp ? a.a_in_scale + static_cast<int64_t>(a.sorted_rows[slot] / a.top_k) * kb_per_row
+            const int entry = !kGateUp ? 0 : gidx ? s_rows[sc_ok[j] ? idx : 0] : a.sorted_rows[slot];
+            sc_src[j] = kGateUp ? a.a_in_scale + static_cast<int64_t>(entry / a.top_k) * kb_per_row
                                 : a.act_scale + static_cast<int64_t>(slot) * kb_per_row;
           } else if (idx < BM + 2) {
             sc_ok[j] = 1;
@@ -618,7 +701,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
         uint8_t* sa = smem + slot * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
         if (pl == 0) {
-          const bool weights_issued = kEarlyWeights && step < pre_steps;  // before the wait (above)
+          const bool weights_issued = (kEarlyWeights || C::kIndexKernel) && step < pre_steps;  // before the wait
           // a later item's first stage carries the item to the consumers (never pre-issued: the first item only)
           if (kClaims && u > 0 && kt == kb0) s_claim[slot] = make_int4(e, row_begin, rows, item);
           if (!weights_issued) {
@@ -743,7 +826,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
       tile = t_next;
       t_next = tile_of(item + item_stride(), NoFlag{});
     } else if constexpr (!kClaims) {
-      tile = tile_list[tile_idx(task_of(item, u))];
+      tile = gidx ? gemm_index_tile<BM>(s_roff, s_toff, a.num_local_experts, tile_idx(task_of(item, u)))
+                  : tile_list[tile_idx(task_of(item, u))];
     }
     // per-tensor: the two scale factors stay apart until the epilogue (their product right after the loads
     // made the consumers wait on them after the first stage: 7% of the decode gate-up's stall samples)
@@ -755,6 +839,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock>::kThrea
     // when each lane stored two rows per row tile)
     constexpr bool kLateRowIds = C::kSwapAB && BM == 48;
     auto load_row_ids = [&] {
+      // the GEMM index: the rows come from the gate-up's producers (sorted_rows), published by the tile's ready
+      // count; the producer lanes acquired it, this thread acquires it too (already reached: one load) so that
+      // its own reads are ordered after the writers' (the full barrier's arrivals do not carry that acquire)
+      if constexpr (C::kIndexReader) {
+        if (poll_ready) (void)ld_acquire_gpu(a.tile_ready + tile_idx(task_of(item, u)));
+      }
 #pragma unroll
       for (int j = 0; j < C::kSwapRowTiles; ++j) {
         const int r = 8 * j + g;

@@ -44,7 +44,9 @@ struct MoeKernelArgs {
                               // [4] the per-tensor swapped down's item claims (one per item it ran, each CTA's
                               // last, failing one included: ends at tasks x slices; 0 otherwise; zeroed by prep),
                               // [5] 1 when the gate-up ran in clusters of two (gate_up_pairs; zeroed by prep),
-                              // [6] the CTAs a swapped gate-up on even rounds kept (0 otherwise; zeroed by prep)
+                              // [6] the CTAs a swapped gate-up on even rounds kept (0 otherwise; zeroed by prep),
+                              // [7] with gemm_index: the tile count + 1, published by gate-up CTA 0 (release)
+                              // once the tile list is written (0 otherwise; zeroed by prep)
   int32_t* expert_offset;     // [E + 1]
   int4* tiles;                // {expert, row_begin, rows, 0}
   int4* tiles_wide;           // the same, 128 rows per tile (written when gate_up_bm == 128)
@@ -64,6 +66,7 @@ struct MoeKernelArgs {
   // (after the others but the trace builds' field, so that the kernels that do not read it compile as before)
   int gate_up_pairs;          // 1: the 128-row gate-up runs in clusters of two (gate_up_pairs in heuristics.h)
   int even_rounds;            // 1: the swapped gate-up spreads its items over even rounds (gate_up_even_rounds)
+  int gemm_index;             // 1: the GEMMs build the routing index, kernel 1 only resets (gemm_index in heuristics.h)
 #ifdef HOPPERKIT_MOE_TRACE
   unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM (trace builds; moe/trace.h)
 #endif

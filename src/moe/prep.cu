@@ -41,15 +41,25 @@ __device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, 
   for (int i = 0; i * 128 < c; ++i) a.tiles_wide[w_off + i] = make_int4(e, c_off + i * 128, min(128, c - i * 128), 0);
 }
 
-// The per-call state of the gate-up -> down hand-off (grouped_gemm.cuh), reset by whichever index build runs: which
-// hand-off the swapped down took (counters[3]: it sets 1 when it waits per tile), the down's item claims
-// (counters[4]), whether the gate-up ran in pairs (counters[5]: the pair kernel sets 1), the CTAs an even-rounds
-// gate-up kept (counters[6]) and every tile's ready count.
+// The per-call state of the GEMMs, reset by whichever index build runs: the split-K arrival counters and, for the
+// gate-up -> down hand-off (grouped_gemm.cuh), which hand-off the swapped down took (counters[3]: it sets 1 when it
+// waits per tile), the down's item claims (counters[4]), whether the gate-up ran in pairs (counters[5]: the pair
+// kernel sets 1), the CTAs an even-rounds gate-up kept (counters[6]), the GEMM index's publication (counters[7])
+// and every tile's ready count.
 __device__ __forceinline__ void reset_handoff_state(const MoeKernelArgs& a, int tid, int total_tiles) {
-  if (tid == 0) a.counters[3] = 0, a.counters[4] = 0, a.counters[5] = 0, a.counters[6] = 0;
+  for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
+  if (tid == 0) a.counters[3] = 0, a.counters[4] = 0, a.counters[5] = 0, a.counters[6] = 0, a.counters[7] = 0;
   if (a.tile_ready != nullptr) {
     for (int i = tid; i < total_tiles; i += kPrepThreads) a.tile_ready[i] = 0;
   }
+}
+
+// With the index built in the GEMMs (a.gemm_index: gemm_index in heuristics.h), the index CTA only resets the
+// per-call state: the split counters and the hand-off state, every tile's ready count up to the tile bound (the
+// count is the gate-up's to find). The gate-up writes the tile list, offsets, counters[0..1] and the rows.
+__device__ void reset_for_gemm_index(const MoeKernelArgs& a) {
+  reset_handoff_state(a, threadIdx.x,
+                      static_cast<int>(max_tiles(a.num_tokens, a.top_k, a.num_local_experts, a.block_m)));
 }
 
 __device__ void build_index(const MoeKernelArgs& a) {
@@ -61,7 +71,6 @@ __device__ void build_index(const MoeKernelArgs& a) {
   const int E = a.num_local_experts;
   const int rows = a.num_tokens * a.top_k;
   for (int e = tid; e < E; e += kPrepThreads) count[e] = 0, cursor[e] = 0;
-  for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
   if (tid == 0) dropped = 0;
   __syncthreads();
   // local expert of entries base + j * kPrepThreads + tid (j < kIndexBatch), -2 past the end
@@ -244,22 +253,29 @@ __device__ void quantise_input_block(const MoeKernelArgs& a) {
   }
 }
 
+// The input quantisation CTAs' work, per the call's scaling.
+__device__ __forceinline__ void quantise_input(const MoeKernelArgs& a) {
+  if (a.block_scaled) {
+    quantise_input_block(a);
+  } else {
+    quantise_input_per_tensor(a);
+  }
+}
+
 // Grid: index_ctas CTAs, plus the quantisation CTAs when the index is built in one CTA (in chunks, the
 // quantisation CTAs are the placement kernel's).
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a) {
   launch_dependents();  // the next grid (gate-up, or the index placement) may start; it waits for this one
   if (static_cast<int>(blockIdx.x) < a.index_ctas) {
-    if (a.index_ctas == 1) {
+    if (a.gemm_index) {
+      reset_for_gemm_index(a);
+    } else if (a.index_ctas == 1) {
       build_index(a);
     } else {
       count_index_chunk(a, blockIdx.x);
     }
   } else {
-    if (a.block_scaled) {
-      quantise_input_block(a);
-    } else {
-      quantise_input_per_tensor(a);
-    }
+    quantise_input(a);
   }
 }
 
@@ -281,11 +297,7 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
     // the count kernel only reads the routing and writes index_hist: nothing to wait for. (This grid started
     // after the count grid did, which started after the stream's earlier work completed, e.g. the previous
     // call's reads of xq.)
-    if (a.block_scaled) {
-      quantise_input_block(a);
-    } else {
-      quantise_input_per_tensor(a);
-    }
+    quantise_input(a);
     return;
   }
   grid_dependency_wait();  // index_hist comes from the count kernel
@@ -341,7 +353,6 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
       a.counters[0] = total_tiles;
       if (a.gate_up_bm == 128) a.counters[2] = total_wide;
     }
-    for (int i = tid; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
     reset_handoff_state(a, tid, total_tiles);
   }
   __syncthreads();
@@ -371,14 +382,9 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_bound_kernel(const MoeKernelArgs a) {
   launch_dependents();
   if (blockIdx.x > 0) {
-    if (a.block_scaled) {
-      quantise_input_block(a);
-    } else {
-      quantise_input_per_tensor(a);
-    }
+    quantise_input(a);
     return;
   }
-  for (int i = threadIdx.x; i < kSplitSlices; i += kPrepThreads) a.split_counters[i] = 0;
   reset_handoff_state(a, threadIdx.x, a.counters[0]);
 }
 
@@ -411,6 +417,9 @@ void launch_moe_prep(const MoeKernelArgs& a, cudaStream_t stream) {
   const unsigned quant_ctas = quant_ctas_of(a);
   // the quantisation CTAs go with the one-CTA index build, or with the placement of a chunked one
   const unsigned index_grid = static_cast<unsigned>(a.index_ctas);
+  // A plain launch (no PDL) on purpose: with the GEMM index (a.gemm_index), the gate-up writes the tile list, the
+  // offsets and the rows before its own grid-dependency wait, which is safe only because the previous call's
+  // down and reduce have completed before this kernel (and so the gate-up) started.
   moe_prep_kernel<<<a.index_ctas == 1 ? index_grid + quant_ctas : index_grid, kPrepThreads, 0, stream>>>(a);
   HK_CHECK_LAUNCH("moe_prep_kernel");
   if (a.index_ctas > 1) {

@@ -11,7 +11,8 @@ namespace hopperkit {
 namespace moe {
 
 struct MoeWorkspaceLayout {
-  size_t counters = 0;       // int32 [8]: num_tiles, dropped rows, num wide tiles, down waited per tile, down claims, gate-up pairs ran, even-rounds CTAs; [7] spare
+  size_t counters = 0;       // int32 [8]: num_tiles, dropped rows, num wide tiles, down waited per tile, down
+                             // claims, gate-up pairs ran, even-rounds CTAs, GEMM index published (kernel_args.h)
   size_t expert_offset = 0;  // int32 [num_local_experts + 1]
   size_t tiles = 0;          // int4  [max_tiles(bm = 16)]: expert, row_begin, rows, -
   size_t tiles_wide = 0;     // int4  [max_tiles(bm = 128)]: 128-row tiles of the wide gate-up

@@ -156,6 +156,24 @@ TEST(MoeHeuristics, GateUpEvenRoundsWithFewDownTasks) {
   EXPECT_EQ(gate_up_even_rounds(false, 128, true), 0);
 }
 
+TEST(MoeHeuristics, GemmIndexOnSwappedTilesOfOneIndexCta) {
+  // where it can run: (block_m, gate-up tile height, index CTAs, routing entries, local experts)
+  EXPECT_EQ(gemm_index_can(16, 16, 1, 4 * 8, 192), 1);                         // Hy3 TP8 at 4 tokens
+  EXPECT_EQ(gemm_index_can(48, 48, 1, 256 * 8, 128), 1);                       // Qwen3 TP8 at 256 tokens
+  EXPECT_EQ(gemm_index_can(32, 32, 1, kGemmIndexMaxRows, kGemmIndexMaxExperts), 1);  // both limits
+  EXPECT_EQ(gemm_index_can(32, 32, 1, kGemmIndexMaxRows + 1, 16), 0);          // past the entries
+  EXPECT_EQ(gemm_index_can(16, 16, 1, 64, kGemmIndexMaxExperts + 1), 0);       // past the tables' experts
+  EXPECT_EQ(gemm_index_can(64, 64, 1, 2048, 16), 0);                           // 64-row tiles: kernel 1 builds it
+  EXPECT_EQ(gemm_index_can(64, 128, 1, 4096, 16), 0);                          // the wide gate-up
+  EXPECT_EQ(gemm_index_can(16, 16, 2, 4096, 16), 0);                           // a chunked index
+  // where it is taken: per-tensor up to kGemmIndexRuleRows entries (0 for now: nowhere by default)
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows, 128), kGemmIndexRuleRows > 0 ? 1 : 0);
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows + 1, 128), 0);
+  EXPECT_EQ(gemm_index(false, 48, 48, 1, 256 * 8, 128), 0);                    // Qwen3 TP8 at 256 tokens
+  EXPECT_EQ(gemm_index(true, 16, 16, 1, 4 * 8, 256), 0);                       // block-wise: kernel 1
+  EXPECT_EQ(gemm_index(false, 64, 64, 1, 64, 16), 0);                          // only where it can run
+}
+
 TEST(MoeHeuristics, IndexCtas) {
   EXPECT_EQ(index_ctas(1), 1);
   EXPECT_EQ(index_ctas(kIndexCtaRows), 1);      // one CTA builds the whole index

@@ -51,7 +51,7 @@ def make_routing(T, K, E_global, kind, gen):
     else:
         scores = torch.randn(T, E_global, generator=gen, device="cuda")
         if kind == "skewed":
-            scores[:, 3] += 4.0  # one hot expert takes most tokens
+            scores[:, min(3, E_global - 1)] += 4.0  # one hot expert takes most tokens
         elif kind == "sparse":
             scores[:, E_global // 8:] -= 100.0  # only the first eighth of the experts are ever chosen
         ids = scores.topk(K, dim=1).indices
@@ -369,6 +369,104 @@ def test_gate_up_even_rounds_forced_off():
         pytest.skip("already inside a switched run")
     tests = "(routing_kinds and per_tensor) or split_k or 32_row or 48_row or even_rounds_ran"
     out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_EVEN_ROUNDS": "0", "HK_TEST_SEED": str(RUN_SEED)})
+    assert " passed" in out and " failed" not in out, out[-2000:]
+
+
+GEMM_INDEX = os.environ.get("HOPPERKIT_MOE_GEMM_INDEX", "")
+
+
+def gemm_index_expected(T, K, E_local, bm, block):
+    """Whether the GEMMs build the routing index: where it can run (gemm_index_can in heuristics.h: swapped 16- to
+    48-row tiles, one index CTA's entries, up to 256 local experts), per-tensor up to the rule's entries
+    (gemm_index); HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's build, =1 takes it wherever it can run."""
+    if GEMM_INDEX == "0":  # (bm: index_block_m, which maps 32 / 48 to 64 under a forced HOPPERKIT_MOE_GATEUP_BM)
+        return False
+    can = bm <= 48 and T * K <= _core._C.MOE_GEMM_INDEX_MAX_ROWS and E_local <= _core._C.MOE_GEMM_INDEX_MAX_EXPERTS
+    return can and (GEMM_INDEX == "1" or (not block and T * K <= _core._C.MOE_GEMM_INDEX_RULE_ROWS))
+
+
+def check_index_exact(v, ids, expert_map, E_local, bm):
+    """The routing index against its CPU twin: offsets, dropped count, tiles, and each expert's rows in ascending
+    entry order (the order the GEMMs' build gives, in every CTA and call)."""
+    flat = ids.flatten().long()
+    E_global = int(expert_map.numel()) if expert_map is not None else E_local
+    valid = (flat >= 0) & (flat < E_global)
+    local = torch.full_like(flat, -1)
+    local[valid] = expert_map[flat[valid]].long() if expert_map is not None else flat[valid]
+    counts = torch.bincount(local[local >= 0], minlength=E_local)
+    off = torch.zeros(E_local + 1, dtype=torch.int64, device="cuda")
+    off[1:] = counts.cumsum(0)
+    assert torch.equal(v["expert_offset"].long(), off), "expert offsets"
+    assert int(v["dropped"]) == int((local < 0).sum()), "dropped entries"
+    per = (counts + bm - 1) // bm
+    n = int(per.sum())
+    assert int(v["num_tiles"]) == n and int(v["gemm_index_published"]) == n + 1
+    want = [(e, int(off[e]) + i * bm, min(bm, int(counts[e]) - i * bm)) for e in range(E_local)
+            for i in range(int(per[e]))]
+    assert [tuple(r[:3]) for r in v["tiles"][:n].tolist()] == want, "tile list"
+    order = torch.argsort(local * (flat.numel() + 1) + torch.arange(flat.numel(), device="cuda"))
+    want_rows = order[int((local < 0).sum()):]  # the dropped entries (-1) sort first
+    assert torch.equal(v["sorted_rows"][:int(off[E_local])].long(), want_rows), "rows (ascending entry order)"
+
+
+@pytest.mark.parametrize("T,H,I,E,K,block,ep,kind", [
+    (1, 512, 256, 16, 8, False, False, "uniform"),     # one token: 8 tiles of one row
+    (16, 1024, 256, 64, 8, False, True, "skewed"),     # EP, 128 entries: past the default rule (64)
+    (4, 1024, 512, 64, 8, True, True, "uniform"),      # EP (half local, a map), block-wise 16-row tiles
+    (64, 512, 256, 16, 8, False, False, "skewed"),     # 32-row tiles, a hot expert with several tiles
+    (96, 512, 256, 16, 8, False, True, "uniform"),     # EP at 48 rows per local expert
+    (512, 256, 256, 256, 8, True, False, "uniform"),   # 4096 entries over 256 experts: the build's limits
+    (300, 256, 128, 512, 8, False, True, "skewed"),    # 256 local of 512, 2400 entries, invalid ids
+    (8, 512, 256, 200, 8, False, False, "uniform"),    # 200 experts: not a multiple of the scan's 32 lanes
+    (32, 512, 256, 72, 8, True, True, "skewed"),       # 36 local experts, block-wise
+    (4, 512, 256, 2, 2, False, True, "uniform"),       # one local expert
+])
+def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
+    """The routing index the GEMMs built (published by gate-up CTA 0: the tile count + 1), exactly equal to the
+    CPU twin including the rows' order, and the op's output checked by run_case; where the rule does not apply
+    (or HOPPERKIT_MOE_GEMM_INDEX=0), kernel 1's build ran (nothing published). A second call on the workspace
+    with other routing publishes again (the resets are per call)."""
+    from hopperkit.moe import _workspace_views
+    out, _, ws = run_case(T, H, I, E, K, block, kind=kind, ep=ep, seed=T + E, invalid_ids=(T == 300))
+    E_local = E // 2 if ep else E
+    bm = index_block_m(T, K, E, block, E_local, H, I)
+    v = _workspace_views(ws, T, K, H, I, E_local)
+    if not gemm_index_expected(T, K, E_local, bm, block):
+        assert int(v["gemm_index_published"]) == 0, "the GEMM index published where kernel 1 built it"
+        return
+    assert bm <= 48
+    gen = torch.Generator(device="cuda").manual_seed(RUN_SEED + 17 * T)
+    # the ids run_case used are not returned: check against a fresh call with known routing on the same workspace
+    ids, tw = make_routing(T, K, E, "skewed" if kind == "uniform" else "uniform", gen)
+    ids[::5, 0] = -1
+    expert_map = None
+    if ep:
+        perm = torch.randperm(E, generator=gen, device="cuda")
+        _, expert_map = half_local_expert_map(perm)
+    w13, s13, w2, s2 = make_weights(E_local, H, I, block, gen)
+    x = torch.randn(T, H, generator=gen, device="cuda").to(torch.bfloat16)
+    a13 = None if block else (x.float().abs().max() / 448.0).reshape(1)
+    a2 = None if block else torch.tensor([4.0 / 448.0], device="cuda")
+    got = hopperkit.fused_moe(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2, expert_map=expert_map,
+                              workspace=ws)
+    ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2, expert_map=expert_map)
+    torch.cuda.synchronize()
+    bm2 = index_block_m(T, K, E, block, E_local, H, I)
+    if gemm_index_expected(T, K, E_local, bm2, block):
+        check_index_exact(v, ids, expert_map, E_local, bm2)
+    assert torch.isfinite(got).all()
+    check_close(got, ref, 5e-2, 1e-1, "second call")
+
+
+@pytest.mark.parametrize("mode", ["0", "1"])
+def test_gemm_index_forced(mode):
+    """The decode tests again with HOPPERKIT_MOE_GEMM_INDEX=0 (kernel 1 builds the routing index everywhere) and
+    =1 (the GEMMs build it wherever they can: block-wise and up to 4096 entries too)."""
+    if GEMM_INDEX or EVEN or PAIRS or "HK_PAIRS_DIGEST" in os.environ:
+        pytest.skip("already inside a switched run")
+    tests = ("(routing_kinds and per_tensor) or split_k or 32_row or 48_row or gemm_index_ran or graph_routing"
+             " or expert_parallel or top_k_extremes or stream_k or even_rounds_ran")
+    out = rerun_with_env(__file__, tests, {"HOPPERKIT_MOE_GEMM_INDEX": mode, "HK_TEST_SEED": str(RUN_SEED)})
     assert " passed" in out and " failed" not in out, out[-2000:]
 
 

@@ -176,6 +176,35 @@ HK_MOE_HD int gate_up_pairs(bool block_scaled, int gate_up_bm, int gate_up_tile_
 HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_down) {
   return !block_scaled && gate_up_bm <= 48 && few_down ? 1 : 0;
 }
+// The routing index built inside the GEMMs (session 53): where the gate-up runs swapped (16- to 48-row) tiles over
+// the routing index's own tiles and the index fits one CTA, every gate-up CTA can build the expert counts and the
+// tile list in its shared memory from topk_ids (an input, complete before the op started) and find its tiles'
+// rows itself, while kernel 1 is reduced to the per-call resets and the input quantisation; gate-up CTA 0
+// publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh, gemm_index.cuh). It can run up to
+// kGemmIndexMaxExperts local experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing
+// entries (gemm_index_can). By default it is taken nowhere (kGemmIndexRuleRows = 0; HOPPERKIT_MOE_GEMM_INDEX=1
+// forces it wherever it can run): the same-build A/Bs of two builds on an H200 disagreed. Session 53 call 2 (8 per
+// thread and pass): per-tensor at 4 tokens 0.931-0.982x kernel 1's index at all 6 model shapes (qwen3 TP8 29.5
+// against 31.6 us), 16 tokens 0.964-1.019x, 64-256 tokens up to 1.22x slower (hy3 EP8 256: every CTA's histogram of
+// 2048 entries and its per-item row scans on the gate-up's path), block-wise at 4 tokens 0.977-1.035x. Call 3 (16
+// per pass): per-tensor 4-16 tokens 1.008-1.108x slower (qwen3 TP8 4: 34.2 against 31.7 us), 32-256 tokens
+// 1.02-1.23x forced on. Per-tensor up to kGemmIndexRuleRows entries once a re-measurement settles where it wins.
+constexpr int kGemmIndexMaxExperts = 256;
+constexpr int64_t kGemmIndexMaxRows = 4096;
+constexpr int64_t kGemmIndexRuleRows = 0;
+HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
+  return gate_up_bm == block_m && block_m <= 48 && index_ctas_ == 1 && rows <= kGemmIndexMaxRows &&
+                 num_local_experts <= kGemmIndexMaxExperts
+             ? 1
+             : 0;
+}
+HK_MOE_HD int gemm_index(bool block_scaled, int block_m, int gate_up_bm, int index_ctas_, int64_t rows,
+                         int num_local_experts) {
+  return !block_scaled && rows >= 1 && rows <= kGemmIndexRuleRows &&
+                 gemm_index_can(block_m, gate_up_bm, index_ctas_, rows, num_local_experts)
+             ? 1
+             : 0;
+}
 // Down tile height: 128 rows wherever the gate-up runs 128-row tiles (it drains the same 128-row tile list; its
 // A rows arrive by TMA), which stages each expert's W2 once per 128 rows instead of once per 64. Measured on an
 // H200 (session 18, runs 1 and 4, against 64-row down tiles): per-tensor 0.907-0.999x the time (hy3 / qwen3 TP8
