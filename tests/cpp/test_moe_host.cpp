@@ -166,8 +166,10 @@ TEST(MoeHeuristics, GemmIndexOnSwappedTilesOfOneIndexCta) {
   EXPECT_EQ(gemm_index_can(64, 64, 1, 2048, 16), 0);                           // 64-row tiles: kernel 1 builds it
   EXPECT_EQ(gemm_index_can(64, 128, 1, 4096, 16), 0);                          // the wide gate-up
   EXPECT_EQ(gemm_index_can(16, 16, 2, 4096, 16), 0);                           // a chunked index
-  // where it is taken: per-tensor up to kGemmIndexRuleRows entries (0 for now: nowhere by default)
-  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows, 128), kGemmIndexRuleRows > 0 ? 1 : 0);
+  // where it is taken: per-tensor up to kGemmIndexRuleRows entries (64: 8 tokens at top-8)
+  EXPECT_EQ(kGemmIndexRuleRows, 64);
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, 4 * 8, 128), 1);                      // Qwen3 TP8 at 4 tokens
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows, 128), 1);
   EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows + 1, 128), 0);
   EXPECT_EQ(gemm_index(false, 48, 48, 1, 256 * 8, 128), 0);                    // Qwen3 TP8 at 256 tokens
   EXPECT_EQ(gemm_index(true, 16, 16, 1, 4 * 8, 256), 0);                       // block-wise: kernel 1

@@ -182,16 +182,18 @@ HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_do
 // rows itself, while kernel 1 is reduced to the per-call resets and the input quantisation; gate-up CTA 0
 // publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh, gemm_index.cuh). It can run up to
 // kGemmIndexMaxExperts local experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing
-// entries (gemm_index_can). By default it is taken nowhere (kGemmIndexRuleRows = 0; HOPPERKIT_MOE_GEMM_INDEX=1
-// forces it wherever it can run): the same-build A/Bs of two builds on an H200 disagreed. Session 53 call 2 (8 per
-// thread and pass): per-tensor at 4 tokens 0.931-0.982x kernel 1's index at all 6 model shapes (qwen3 TP8 29.5
-// against 31.6 us), 16 tokens 0.964-1.019x, 64-256 tokens up to 1.22x slower (hy3 EP8 256: every CTA's histogram of
-// 2048 entries and its per-item row scans on the gate-up's path), block-wise at 4 tokens 0.977-1.035x. Call 3 (16
-// per pass): per-tensor 4-16 tokens 1.008-1.108x slower (qwen3 TP8 4: 34.2 against 31.7 us), 32-256 tokens
-// 1.02-1.23x forced on. Per-tensor up to kGemmIndexRuleRows entries once a re-measurement settles where it wins.
+// entries (gemm_index_can). It is taken per-tensor up to kGemmIndexRuleRows = 64 routing entries (8 tokens at
+// top-8; HOPPERKIT_MOE_GEMM_INDEX=1 forces it wherever it can run, =0 keeps kernel 1's build). Measured on an H200,
+// same-build A/Bs against kernel 1's index: session 53 call 2 (a build with the index inlined, 4 entries per thread
+// and pass in the histogram, 8 per lane in the row scan): per-tensor 4 tokens 0.931-0.982x at all 6 model shapes,
+// 16 tokens 0.964-1.019x; calls 3 / 4 (16 per pass, twice the code in the item loops) 1.005-1.108x slower at
+// 4-16 tokens. Session 54 call 1 (the index as a template parameter, call 2's sizes, aac1e68): per-tensor 4 tokens
+// 0.950-0.992x (qwen3 TP8 29.8 against 31.4 us), 8 tokens 0.970-1.008x, 16 tokens 0.965-1.049x, 128-256 tokens
+// 1.01-1.21x slower (every CTA's histogram of 1024-2048 entries and its row scans sit on the gate-up's path);
+// block-wise 4-256 tokens 0.954-1.233x (geomean slower), so off there.
 constexpr int kGemmIndexMaxExperts = 256;
 constexpr int64_t kGemmIndexMaxRows = 4096;
-constexpr int64_t kGemmIndexRuleRows = 0;
+constexpr int64_t kGemmIndexRuleRows = 64;
 HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
   return gate_up_bm == block_m && block_m <= 48 && index_ctas_ == 1 && rows <= kGemmIndexMaxRows &&
                  num_local_experts <= kGemmIndexMaxExperts
