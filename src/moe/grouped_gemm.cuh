@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     launch_dependents();
     if (blockIdx.x == 0 && tid == 0) a.counters[3] = poll_ready ? 1 : 0;  // which hand-off ran (tests read it)
   }
-  HK_MT_ONLY(const unsigned long long tr_waited = globaltimer();)
+  HK_MT_ONLY(unsigned long long tr_waited = globaltimer();)  // (the index gate-up: again after its wait, below)
   // task -> its tile (index into tile_list) and its block of output columns
   static_assert(kColFastest == (kReadyWriter || kClaims), "one task order for the hand-off's writer and readers");
   const int rank = kPairs ? static_cast<int>(cluster_ctarank()) : 0;
@@ -542,6 +542,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       }
       __syncthreads();         // CTA 0: its threads' tile list and offsets are written
       grid_dependency_wait();  // kernel 1: the per-call resets and the quantised input
+      HK_MT_ONLY(tr_waited = globaltimer();)
       if (blockIdx.x == 0 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
       launch_dependents();
     }
