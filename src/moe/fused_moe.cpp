@@ -1,5 +1,8 @@
 // hopperkit fused FP8 MoE: the host launcher (workspace carving, tile-height choice, four or five PDL-chained
 // launches: the routing index takes a second kernel above kIndexCtaRows entries).
+// Invariant: kernel 1 (launch_moe_prep) is a plain launch, never a PDL one. The GEMM-built index (a.gemm_index)
+// writes the tile list, the offsets and the rows of this call before the gate-up's grid-dependency wait; that is
+// safe only because the previous call's down and reduce (which read them) completed before kernel 1 started.
 #include <array>
 #include <cstdlib>
 #include <string>
