@@ -215,9 +215,10 @@ void fused_moe(const MoeParams& p) {
   // takes the GEMMs' wherever it can run (gemm_index_can); unset, gemm_index() picks. Off under
   // HOPPERKIT_MOE_PREP_BOUND (below), which reuses kernel 1's index of a previous call.
   static const int gemm_index_forced = env_int("HOPPERKIT_MOE_GEMM_INDEX", -1, 0, 1);
-  static const bool prep_bound_set = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3) != 0;
+  // (HOPPERKIT_MOE_PREP_BOUND: the measurement aid described below, where kernel 1 is launched)
+  static const int prep_bound = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3);
   const int index_can = gemm_index_can(a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts);
-  a.gemm_index = prep_bound_set || gemm_index_forced == 0 ? 0
+  a.gemm_index = prep_bound != 0 || gemm_index_forced == 0 ? 0
                  : gemm_index_forced == 1
                      ? index_can
                      : gemm_index(block, a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts);
@@ -238,7 +239,6 @@ void fused_moe(const MoeParams& p) {
   // build alone (the quantised input reused), =3 the resets and the quantisation (the index reused; prep.cu).
   // The first call on a workspace (or after its shape or tile choice changed) runs the full prep, so that there is
   // an index of this layout (one key per process: a measurement of one stream and device).
-  static const int prep_bound = env_int("HOPPERKIT_MOE_PREP_BOUND", 0, 0, 3);
   static const void* bound_ws = nullptr;
   static std::array<int64_t, 8> bound_key = {};
   const std::array<int64_t, 8> key = {p.num_tokens,   p.top_k,      p.num_local_experts, p.hidden_size,

@@ -354,15 +354,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   // CTA 0 writes the tile list, the offsets and counters[0..1] for the down GEMM (which reads them once CTA 0 has
   // released counters[7], below) and the tests. Kernel 1 writes none of them in this mode.
   constexpr bool gidx = C::kIndexKernel;  // (the host picks this variant where a.gemm_index says)
-  if constexpr (C::kIndexKernel) {
-    if (gidx) {
-      gemm_index_build<BM, C::kThreads>(a, s_roff, s_toff, &s_dropped);
-      if (blockIdx.x == 0) {
-        const int E = a.num_local_experts, T = s_toff[E];
-        for (int ti = tid; ti < T; ti += C::kThreads) a.tiles[ti] = gemm_index_tile<BM>(s_roff, s_toff, E, ti);
-        for (int e = tid; e <= E; e += C::kThreads) a.expert_offset[e] = s_roff[e];
-        if (tid == 0) a.counters[0] = T, a.counters[1] = s_dropped;
-      }
+  if constexpr (gidx) {
+    gemm_index_build<BM, C::kThreads>(a, s_roff, s_toff, &s_dropped);
+    if (blockIdx.x == 0) {
+      const int E = a.num_local_experts, T = s_toff[E];
+      for (int ti = tid; ti < T; ti += C::kThreads) a.tiles[ti] = gemm_index_tile<BM>(s_roff, s_toff, E, ti);
+      for (int e = tid; e <= E; e += C::kThreads) a.expert_offset[e] = s_roff[e];
+      if (tid == 0) a.counters[0] = T, a.counters[1] = s_dropped;
     }
   }
   // Down, swapped (16- to 48-row) tiles: the weights do not depend on the gate-up grid it follows (only the A operand,
@@ -519,33 +517,31 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   // the weights of its first stages go out (the main loop skips those, pre_steps), before the wait for kernel 1
   // (the resets and the quantised input); then CTA 0 releases the tile count (+ 1) to the down GEMM, before this
   // grid's trigger, so that the down finds it published.
-  if constexpr (C::kIndexKernel) {
-    if (gidx) {
-      const int item0 = first_item();
-      if (producer && item0 < items && item0 < g_eff) {
-        const int task0 = task_of(item0, 0);
-        const int4 t0 = gemm_index_tile<BM>(s_roff, s_toff, a.num_local_experts, tile_idx(task0));
-        gemm_index_rows(a, s_roff, t0, s_rows);
-        if (lane == 0) {
-          int kb0, kb1;
-          item_range(item0, 0, kb0, kb1);
-          const int n0 = col_blk(task0) * cols_per_task;
-          const uint64_t policy = policy_evict_first();
-          for (int kt = kb0; kt < kb1 && pre_steps < C::kStages; ++kt, ++pre_steps) {
-            uint8_t* sb = smem + pre_steps * C::kStageBytes + C::kABytes;  // slot pre_steps: no wait for a free one
-            mbar_arrive_expect_tx(&full[pre_steps], C::kBoxes * C::kBoxRows * C::kBK);
-            tma_load_4d(sb, &wmap, &full[pre_steps], kt * C::kBK, n0, t0.x, 0, policy);                  // gate
-            tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[pre_steps], kt * C::kBK, I + n0, t0.x, 0, policy);
-          }
+  if constexpr (gidx) {
+    const int item0 = first_item();
+    if (producer && item0 < items && item0 < g_eff) {
+      const int task0 = task_of(item0, 0);
+      const int4 t0 = gemm_index_tile<BM>(s_roff, s_toff, a.num_local_experts, tile_idx(task0));
+      gemm_index_rows(a, s_roff, t0, s_rows);
+      if (lane == 0) {
+        int kb0, kb1;
+        item_range(item0, 0, kb0, kb1);
+        const int n0 = col_blk(task0) * cols_per_task;
+        const uint64_t policy = policy_evict_first();
+        for (int kt = kb0; kt < kb1 && pre_steps < C::kStages; ++kt, ++pre_steps) {
+          uint8_t* sb = smem + pre_steps * C::kStageBytes + C::kABytes;  // slot pre_steps: no wait for a free one
+          mbar_arrive_expect_tx(&full[pre_steps], C::kBoxes * C::kBoxRows * C::kBK);
+          tma_load_4d(sb, &wmap, &full[pre_steps], kt * C::kBK, n0, t0.x, 0, policy);                  // gate
+          tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[pre_steps], kt * C::kBK, I + n0, t0.x, 0, policy);
         }
-        pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);
       }
-      __syncthreads();         // CTA 0: its threads' tile list and offsets are written
-      grid_dependency_wait();  // kernel 1: the per-call resets and the quantised input
-      HK_MT_ONLY(tr_waited = globaltimer();)
-      if (blockIdx.x == 0 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
-      launch_dependents();
+      pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);
     }
+    __syncthreads();         // CTA 0: its threads' tile list and offsets are written
+    grid_dependency_wait();  // kernel 1: the per-call resets and the quantised input
+    HK_MT_ONLY(tr_waited = globaltimer();)
+    if (blockIdx.x == 0 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
+    launch_dependents();
   }
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
     for (int e = 0; e < kMoeTraceSlots; ++e) HK_MT_SET(e, 0);
