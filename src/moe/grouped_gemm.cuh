@@ -837,10 +837,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     constexpr bool kLateRowIds = C::kSwapAB && BM == 48;
     auto load_row_ids = [&] {
       // the GEMM index: the rows come from the gate-up's producers (sorted_rows), published by the tile's ready
-      // count; the producer lanes acquired it, this thread acquires it too (already reached: one load) so that
-      // its own reads are ordered after the writers' (the full barrier's arrivals do not carry that acquire)
+      // count; this thread acquires the full count itself so that its own reads are ordered after the writers'
+      // (the full barrier's cp.async arrivals carry no ordering of the producer's acquire; the count is
+      // normally complete by now: one load)
       if constexpr (C::kIndexReader) {
-        if (poll_ready) (void)ld_acquire_gpu(a.tile_ready + tile_idx(task_of(item, u)));
+        if (poll_ready) wait_count_at_least(a.tile_ready + tile_idx(task_of(item, u)), I);
       }
 #pragma unroll
       for (int j = 0; j < C::kSwapRowTiles; ++j) {
