@@ -669,5 +669,6 @@ NB_MODULE(_C, m) {
   m.attr("MOE_GEMM_INDEX_MAX_ROWS") = static_cast<int64_t>(moe::kGemmIndexMaxRows);
   m.attr("MOE_GEMM_INDEX_MAX_EXPERTS") = static_cast<int64_t>(moe::kGemmIndexMaxExperts);
   m.attr("MOE_GEMM_INDEX_RULE_ROWS") = static_cast<int64_t>(moe::kGemmIndexRuleRows);
+  m.attr("MOE_GEMM_INDEX_RULE_ROWS_NO_MAP") = static_cast<int64_t>(moe::kGemmIndexRuleRowsNoMap);
   m.attr("MOE_GATE_UP_PAIR_MIN_ROWS") = static_cast<int64_t>(moe::kGateUpPairMinRows);
 }

@@ -221,7 +221,8 @@ void fused_moe(const MoeParams& p) {
   a.gemm_index = prep_bound != 0 || gemm_index_forced == 0 ? 0
                  : gemm_index_forced == 1
                      ? index_can
-                     : gemm_index(block, a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts);
+                     : gemm_index(block, a.block_m, a.gate_up_bm, a.index_ctas, index_rows, p.num_local_experts,
+                                  p.expert_map != nullptr);
   // Profiling aid (not for serving): HOPPERKIT_MOE_STAGES=n runs only the first n of the four stages (stage 1:
   // the prep kernel, and the index placement when there is one; with the GEMM index, stage 1 builds no index).
   static const int stages = env_int("HOPPERKIT_MOE_STAGES", 4, 1, 4);

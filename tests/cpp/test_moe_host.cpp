@@ -166,14 +166,20 @@ TEST(MoeHeuristics, GemmIndexOnSwappedTilesOfOneIndexCta) {
   EXPECT_EQ(gemm_index_can(64, 64, 1, 2048, 16), 0);                           // 64-row tiles: kernel 1 builds it
   EXPECT_EQ(gemm_index_can(64, 128, 1, 4096, 16), 0);                          // the wide gate-up
   EXPECT_EQ(gemm_index_can(16, 16, 2, 4096, 16), 0);                           // a chunked index
-  // where it is taken: per-tensor up to kGemmIndexRuleRows entries (64: 8 tokens at top-8)
+  // where it is taken: per-tensor up to kGemmIndexRuleRows entries with an expert map (64: 8 tokens at top-8),
+  // kGemmIndexRuleRowsNoMap without one (512: 64 tokens at top-8)
   EXPECT_EQ(kGemmIndexRuleRows, 64);
-  EXPECT_EQ(gemm_index(false, 16, 16, 1, 4 * 8, 128), 1);                      // Qwen3 TP8 at 4 tokens
-  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows, 128), 1);
-  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows + 1, 128), 0);
-  EXPECT_EQ(gemm_index(false, 48, 48, 1, 256 * 8, 128), 0);                    // Qwen3 TP8 at 256 tokens
-  EXPECT_EQ(gemm_index(true, 16, 16, 1, 4 * 8, 256), 0);                       // block-wise: kernel 1
-  EXPECT_EQ(gemm_index(false, 64, 64, 1, 64, 16), 0);                          // only where it can run
+  EXPECT_EQ(kGemmIndexRuleRowsNoMap, 512);
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, 4 * 8, 128, false), 1);               // Qwen3 TP8 at 4 tokens
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, 4 * 8, 16, true), 1);                 // Qwen3 EP8 at 4 tokens
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows, 16, true), 1);
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows + 1, 16, true), 0);  // Qwen3 EP8 at 16 tokens
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, 16 * 8, 128, false), 1);              // Qwen3 TP8 at 16 tokens
+  EXPECT_EQ(gemm_index(false, 32, 32, 1, kGemmIndexRuleRowsNoMap, 128, false), 1);
+  EXPECT_EQ(gemm_index(false, 32, 32, 1, kGemmIndexRuleRowsNoMap + 1, 128, false), 0);
+  EXPECT_EQ(gemm_index(false, 48, 48, 1, 256 * 8, 128, false), 0);             // Qwen3 TP8 at 256 tokens
+  EXPECT_EQ(gemm_index(true, 16, 16, 1, 4 * 8, 256, false), 0);                // block-wise: kernel 1
+  EXPECT_EQ(gemm_index(false, 64, 64, 1, 64, 16, false), 0);                   // only where it can run
 }
 
 TEST(MoeHeuristics, IndexCtas) {

@@ -375,14 +375,16 @@ def test_gate_up_even_rounds_forced_off():
 GEMM_INDEX = os.environ.get("HOPPERKIT_MOE_GEMM_INDEX", "")
 
 
-def gemm_index_expected(T, K, E_local, bm, block):
+def gemm_index_expected(T, K, E_local, bm, block, ep):
     """Whether the GEMMs build the routing index: where it can run (gemm_index_can in heuristics.h: swapped 16- to
     48-row tiles, one index CTA's entries, up to 256 local experts), per-tensor up to the rule's entries
-    (gemm_index); HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's build, =1 takes it wherever it can run."""
+    (gemm_index: fewer with an expert map, `ep`); HOPPERKIT_MOE_GEMM_INDEX=0 keeps kernel 1's build, =1 takes it
+    wherever it can run."""
     if GEMM_INDEX == "0":  # (bm: index_block_m, which maps 32 / 48 to 64 under a forced HOPPERKIT_MOE_GATEUP_BM)
         return False
     can = bm <= 48 and T * K <= _core._C.MOE_GEMM_INDEX_MAX_ROWS and E_local <= _core._C.MOE_GEMM_INDEX_MAX_EXPERTS
-    return can and (GEMM_INDEX == "1" or (not block and T * K <= _core._C.MOE_GEMM_INDEX_RULE_ROWS))
+    rule = _core._C.MOE_GEMM_INDEX_RULE_ROWS if ep else _core._C.MOE_GEMM_INDEX_RULE_ROWS_NO_MAP
+    return can and (GEMM_INDEX == "1" or (not block and T * K <= rule))
 
 
 def check_index_exact(v, ids, expert_map, E_local, bm):
@@ -411,7 +413,8 @@ def check_index_exact(v, ids, expert_map, E_local, bm):
 
 @pytest.mark.parametrize("T,H,I,E,K,block,ep,kind", [
     (1, 512, 256, 16, 8, False, False, "uniform"),     # one token: 8 tiles of one row
-    (16, 1024, 256, 64, 8, False, True, "skewed"),     # EP, 128 entries: past the default rule (64)
+    (16, 1024, 256, 64, 8, False, True, "skewed"),     # EP, 128 entries: past the rule with a map (64)
+    (16, 1024, 256, 64, 8, False, False, "uniform"),   # TP, 128 entries: within the rule without a map (512)
     (4, 1024, 512, 64, 8, True, True, "uniform"),      # EP (half local, a map), block-wise 16-row tiles
     (64, 512, 256, 16, 8, False, False, "skewed"),     # 32-row tiles, a hot expert with several tiles
     (96, 512, 256, 16, 8, False, True, "uniform"),     # EP at 48 rows per local expert
@@ -431,7 +434,7 @@ def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
     E_local = E // 2 if ep else E
     bm = index_block_m(T, K, E, block, E_local, H, I)
     v = _workspace_views(ws, T, K, H, I, E_local)
-    if not gemm_index_expected(T, K, E_local, bm, block):
+    if not gemm_index_expected(T, K, E_local, bm, block, ep):
         assert int(v["gemm_index_published"]) == 0, "the GEMM index published where kernel 1 built it"
         return
     assert bm <= 48
@@ -452,7 +455,7 @@ def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
     ref = fused_moe_reference(x, ids, tw, w13, w2, s13, s2, a13_scale=a13, a2_scale=a2, expert_map=expert_map)
     torch.cuda.synchronize()
     bm2 = index_block_m(T, K, E, block, E_local, H, I)
-    if gemm_index_expected(T, K, E_local, bm2, block):
+    if gemm_index_expected(T, K, E_local, bm2, block, ep):
         check_index_exact(v, ids, expert_map, E_local, bm2)
     assert torch.isfinite(got).all()
     check_close(got, ref, 5e-2, 1e-1, "second call")

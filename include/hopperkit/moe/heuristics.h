@@ -194,6 +194,12 @@ HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_do
 constexpr int kGemmIndexMaxExperts = 256;
 constexpr int64_t kGemmIndexMaxRows = 4096;
 constexpr int64_t kGemmIndexRuleRows = 64;
+// Without an expert map (every expert local, tensor-parallel) each entry's expert is its id: one round trip per
+// pass instead of two (id, then map). Session 54 call 1 measured the index per-tensor at TP8 16 / 32 / 64 tokens
+// (128-512 entries) at 0.965-0.998x on all three TP8 shapes (hy3 0.975 / 0.987 / 0.982, qwen3 0.965 / 0.990 /
+// 0.998, deepseek 0.993 / 0.993 / 0.994), while the EP8 maps lost there (qwen3 EP8 1.04-1.05x, hy3 EP8 16 tokens
+// 1.02x); 1024 entries lost at TP8 too (1.013-1.044x). Session 55: see docs/moe.md for the A/B that set it.
+constexpr int64_t kGemmIndexRuleRowsNoMap = 512;
 HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
   return gate_up_bm == block_m && block_m <= 48 && index_ctas_ == 1 && rows <= kGemmIndexMaxRows &&
                  num_local_experts <= kGemmIndexMaxExperts
@@ -201,8 +207,8 @@ HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64
              : 0;
 }
 HK_MOE_HD int gemm_index(bool block_scaled, int block_m, int gate_up_bm, int index_ctas_, int64_t rows,
-                         int num_local_experts) {
-  return !block_scaled && rows >= 1 && rows <= kGemmIndexRuleRows &&
+                         int num_local_experts, bool expert_map) {
+  return !block_scaled && rows >= 1 && rows <= (expert_map ? kGemmIndexRuleRows : kGemmIndexRuleRowsNoMap) &&
                  gemm_index_can(block_m, gate_up_bm, index_ctas_, rows, num_local_experts)
              ? 1
              : 0;
