@@ -62,7 +62,8 @@ def fused_moe(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
               workspace: Optional[torch.Tensor] = None) -> torch.Tensor:
     """out[t] = sum_k topk_weights[t, k] * W2_e(quant(SiLU(W13_e^gate x_t) * W13_e^up x_t)) (+ shared_output[t])
     over the local experts e = expert_map[topk_ids[t, k]] (all experts local without a map; -1 or ids outside
-    the map contribute nothing).
+    the map contribute nothing). When every expert is local, pass no map rather than an identity one (a map costs
+    a load per routing entry and keeps the in-GEMM index to smaller batches).
 
     hidden [T, H] bf16 (quantised to FP8 inside) or float8_e4m3fn with ``hidden_scale``; topk_ids [T, top_k]
     int32; topk_weights [T, top_k] float32; w13 [E, 2I, H] and w2 [E, H, I] float8_e4m3fn (gate rows, then up).

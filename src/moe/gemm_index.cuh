@@ -130,7 +130,7 @@ __device__ __forceinline__ void gemm_index_rows(const MoeKernelArgs& a, const ui
   const int rank0 = tile.y - roff[tile.x];
   const int want = rank0 + tile.z;
   // the lanes' reads of the previous tile's s_rows come before this tile's writes (the ballots below order
-  // execution, not memory); measured neutral at TP8 4-16 tokens (session 55 call 3: 0.996-1.002x)
+  // execution, not memory); measured neutral at TP8 4 / 16 tokens (session 55 call 3: 0.996-1.002x)
   __syncwarp();
   constexpr int kBatch = 8;  // 32 x 8 entries per pass: their loads issued together
   int seen = 0;              // entries of the expert before this pass

@@ -840,10 +840,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       // count; the producer lanes acquired it, this thread acquires it too (already reached: one load) so that
       // its own reads are ordered after the writers' (the full barrier's arrivals do not carry that acquire).
       // The load runs after this item's first full barrier, which completes only after the producer lanes saw
-      // the full count, and ld.acquire.gpu reads L2, so it returns the full count. Polling it to the full count
-      // (wait_count_at_least, or a plain loop) would also make that formal, but measured 1.011-1.019x (0.7-1.6%
-      // for the plain loop) the time at hy3 / qwen3 TP8 4 tokens (session 55 call 3, cross-build, medians of 3):
-      // not taken.
+      // the full count, and ld.acquire.gpu reads L2, so on the hardware it returns the full count. That is a
+      // hardware argument, not a PTX memory-model one (the arrivals are cp.async.mbarrier.arrive.noinc, which
+      // carry no release): a deliberate choice. Polling to the full count (wait_count_at_least, or a plain loop)
+      // would make it formal, but measured 1.011-1.019x (0.7-1.6% for the plain loop) the time at hy3 / qwen3
+      // TP8 4 tokens (session 55 call 3, cross-build, medians of 3): not taken.
       if constexpr (C::kIndexReader) {
         if (poll_ready) (void)ld_acquire_gpu(a.tile_ready + tile_idx(task_of(item, u)));
       }

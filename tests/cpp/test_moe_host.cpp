@@ -173,7 +173,8 @@ TEST(MoeHeuristics, GemmIndexOnSwappedTilesOfOneIndexCta) {
   EXPECT_EQ(gemm_index(false, 16, 16, 1, 4 * 8, 128, false), 1);               // Qwen3 TP8 at 4 tokens
   EXPECT_EQ(gemm_index(false, 16, 16, 1, 4 * 8, 16, true), 1);                 // Qwen3 EP8 at 4 tokens
   EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows, 16, true), 1);
-  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows + 1, 16, true), 0);  // Qwen3 EP8 at 16 tokens
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, kGemmIndexRuleRows + 1, 16, true), 0);
+  EXPECT_EQ(gemm_index(false, 16, 16, 1, 16 * 8, 16, true), 0);                // Qwen3 EP8 at 16 tokens
   EXPECT_EQ(gemm_index(false, 16, 16, 1, 16 * 8, 128, false), 1);              // Qwen3 TP8 at 16 tokens
   EXPECT_EQ(gemm_index(false, 32, 32, 1, kGemmIndexRuleRowsNoMap, 128, false), 1);
   EXPECT_EQ(gemm_index(false, 32, 32, 1, kGemmIndexRuleRowsNoMap + 1, 128, false), 0);

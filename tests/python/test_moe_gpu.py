@@ -418,6 +418,7 @@ def check_index_exact(v, ids, expert_map, E_local, bm):
     (4, 1024, 512, 64, 8, True, True, "uniform"),      # EP (half local, a map), block-wise 16-row tiles
     (64, 512, 256, 16, 8, False, False, "skewed"),     # 32-row tiles, a hot expert with several tiles
     (96, 512, 256, 16, 8, False, True, "uniform"),     # EP at 48 rows per local expert
+    (160, 512, 256, 8, 2, False, False, "skewed"),     # TP, 48-row tiles at 320 entries: within the no-map rule
     (512, 256, 256, 256, 8, True, False, "uniform"),   # 4096 entries over 256 experts: the build's limits
     (300, 256, 128, 512, 8, False, True, "skewed"),    # 256 local of 512, 2400 entries, invalid ids
     (8, 512, 256, 200, 8, False, False, "uniform"),    # 200 experts: not a multiple of the scan's 32 lanes

@@ -183,7 +183,8 @@ HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_do
 // publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh, gemm_index.cuh). It can run up to
 // kGemmIndexMaxExperts local experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing
 // entries (gemm_index_can). It is taken per-tensor up to kGemmIndexRuleRows = 64 routing entries with an expert
-// map and kGemmIndexRuleRowsNoMap = 512 without one (8 / 64 tokens at top-8; HOPPERKIT_MOE_GEMM_INDEX=1 forces it wherever it can run, =0 keeps kernel 1's build). Measured on an H200,
+// map and kGemmIndexRuleRowsNoMap = 512 without one (8 / 64 tokens at top-8; HOPPERKIT_MOE_GEMM_INDEX=1 forces it
+// wherever it can run, =0 keeps kernel 1's build). Measured on an H200,
 // same-build A/Bs against kernel 1's index: session 53 call 2 (a build with the index inlined, 4 entries per thread
 // and pass in the histogram, 8 per lane in the row scan): per-tensor 4 tokens 0.931-0.982x at all 6 model shapes,
 // 16 tokens 0.964-1.019x; calls 3 / 4 (16 per pass, twice the code in the item loops) 1.005-1.108x slower at
@@ -197,11 +198,13 @@ constexpr int64_t kGemmIndexRuleRows = 64;
 // Without an expert map (every expert local, tensor-parallel) each entry's expert is its id: one round trip per
 // pass instead of two (id, then map). Session 54 call 1 measured the index per-tensor at TP8 16 / 32 / 64 tokens
 // (128-512 entries) at 0.965-0.998x on all three TP8 shapes (hy3 0.975 / 0.987 / 0.982, qwen3 0.965 / 0.990 /
-// 0.998, deepseek 0.993 / 0.993 / 0.994), while the EP8 maps lost there (qwen3 EP8 1.04-1.05x, hy3 EP8 16 tokens
-// 1.02x); 1024 entries lost at TP8 too (1.013-1.044x). Session 55 call 1 (same build, this rule against kernel
+// 0.998, deepseek 0.993 / 0.993 / 0.994), while qwen3 / hy3 EP8 lost there (qwen3 EP8 1.04-1.05x, hy3 EP8 16
+// tokens 1.02x; deepseek EP8 0.986-1.002); 1024 entries lost at TP8 too (1.013-1.044x). Session 55 call 1 (same build, this rule against kernel
 // 1's index everywhere): TP8 16 / 32 / 64 tokens hy3 0.975 / 0.994 / 0.981, qwen3 0.974 / 1.000 / 0.998, deepseek
 // 0.991 / 0.990 / 0.997; the index at TP8 128 tokens 1.011-1.038x and at EP8 16-128 tokens up to 1.09x (hence
-// the map's lower limit).
+// the map's lower limit). Timed only at top-8 over 128-256 local experts (16- and 32-row tiles): shapes with few
+// experts that take 48-row tiles within 512 entries (e.g. 8 experts at top-2) run it untimed (tested). A caller
+// whose experts are all local should pass no map (an identity map gets the 64-entry limit).
 constexpr int64_t kGemmIndexRuleRowsNoMap = 512;
 HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
   return gate_up_bm == block_m && block_m <= 48 && index_ctas_ == 1 && rows <= kGemmIndexMaxRows &&

@@ -30,7 +30,8 @@ struct MoeParams {
   const float* hidden_scale = nullptr; // fp8 input: [1] (per-tensor) | [num_tokens, hidden / 128] (block)
   const int32_t* topk_ids = nullptr;   // [num_tokens, top_k] global expert ids
   const float* topk_weights = nullptr; // [num_tokens, top_k]
-  const int32_t* expert_map = nullptr; // [num_global_experts] global -> local id or -1; null: all local
+  const int32_t* expert_map = nullptr; // [num_global_experts] global -> local id or -1; null: all local (pass
+                                       // null rather than an identity map: a map costs a load per entry)
   const void* w13 = nullptr;           // [num_local_experts, 2 * intermediate, hidden] fp8 e4m3 (gate, then up)
   const void* w2 = nullptr;            // [num_local_experts, hidden, intermediate] fp8 e4m3
   const float* w13_scale = nullptr;    // per-tensor: [num_local_experts]; block: [E, 2I / 128, hidden / 128]
