@@ -195,15 +195,15 @@ HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_do
 constexpr int kGemmIndexMaxExperts = 256;
 constexpr int64_t kGemmIndexMaxRows = 4096;
 constexpr int64_t kGemmIndexRuleRows = 64;
-// Without an expert map (every expert local, tensor-parallel) each entry's expert is its id: one round trip per
-// pass instead of two (id, then map). Session 54 call 1 measured the index per-tensor at TP8 16 / 32 / 64 tokens
-// (128-512 entries) at 0.965-0.998x on all three TP8 shapes (hy3 0.975 / 0.987 / 0.982, qwen3 0.965 / 0.990 /
-// 0.998, deepseek 0.993 / 0.993 / 0.994), while qwen3 / hy3 EP8 lost there (qwen3 EP8 1.04-1.05x, hy3 EP8 16
-// tokens 1.02x; deepseek EP8 0.986-1.002); 1024 entries lost at TP8 too (1.013-1.044x). Session 55 call 1 (same build, this rule against kernel
-// 1's index everywhere): TP8 16 / 32 / 64 tokens hy3 0.975 / 0.994 / 0.981, qwen3 0.974 / 1.000 / 0.998, deepseek
-// 0.991 / 0.990 / 0.997; the index at TP8 128 tokens 1.011-1.038x and at EP8 16-128 tokens up to 1.09x (hence
-// the map's lower limit). Timed only at top-8 over 128-256 local experts (16- and 32-row tiles): shapes with few
-// experts that take 48-row tiles within 512 entries (e.g. 8 experts at top-2) run it untimed (tested). A caller
+// Without an expert map (every expert local, tensor-parallel) each entry's expert is its id: one round trip per pass
+// instead of two (id, then map). Session 54 call 1 measured the index per-tensor at TP8 16 / 32 / 64 tokens (128-512
+// entries) at 0.965-0.998x on all three TP8 shapes (hy3 0.975 / 0.987 / 0.982, qwen3 0.965 / 0.990 / 0.998, deepseek
+// 0.993 / 0.993 / 0.994), while qwen3 / hy3 EP8 lost there (qwen3 EP8 1.04-1.05x, hy3 EP8 16 tokens 1.02x; deepseek
+// EP8 0.986-1.002); 1024 entries lost at TP8 too (1.013-1.044x). Session 55 call 1 (same build, this rule against
+// kernel 1's index everywhere): TP8 16 / 32 / 64 tokens hy3 0.975 / 0.994 / 0.981, qwen3 0.974 / 1.000 / 0.998,
+// deepseek 0.991 / 0.990 / 0.997; the index at TP8 128 tokens 1.011-1.038x and at EP8 16-128 tokens up to 1.09x
+// (hence the map's lower limit). Timed only at top-8 over 128-256 local experts (16- and 32-row tiles): shapes with
+// few experts that take 48-row tiles within 512 entries (e.g. 8 experts at top-2) run it untimed (tested). A caller
 // whose experts are all local should pass no map (an identity map gets the 64-entry limit).
 constexpr int64_t kGemmIndexRuleRowsNoMap = 512;
 HK_MOE_HD int gemm_index_can(int block_m, int gate_up_bm, int index_ctas_, int64_t rows, int num_local_experts) {
