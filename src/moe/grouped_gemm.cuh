@@ -351,12 +351,15 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   if (kBlock && kGateUp && tid < BM) s_amax[tid] = 0u;
   // The routing index built here (a.gemm_index: the swapped gate-up; kernel 1 then only resets and quantises): the
   // tables from topk_ids while kernel 1 runs (the build's first barrier also publishes the ring's barriers), and
-  // CTA 0 writes the tile list, the offsets and counters[0..1] for the down GEMM (which reads them once CTA 0 has
-  // released counters[7], below) and the tests. Kernel 1 writes none of them in this mode.
+  // the publisher CTA writes the tile list, the offsets and counters[0..1] for the down GEMM (which reads them once
+  // the publisher has released counters[7], below) and the tests. Kernel 1 writes none of them in this mode.
+  // The publisher is the grid's last CTA: it has the fewest items (none where the grid has more CTAs than items),
+  // so its gpu-scope release waits on few or no weight stages in flight (with CTA 0 publishing, CTA 0 started its
+  // first item 9.5-10.1 us after the grid's first entry, the median CTA 4.1-4.9: session 57's trace).
   constexpr bool gidx = C::kIndexKernel;  // (the host picks this variant where a.gemm_index says)
   if constexpr (gidx) {
     gemm_index_build<BM, C::kThreads>(a, s_roff, s_toff, &s_dropped);
-    if (blockIdx.x == 0) {
+    if (blockIdx.x == gridDim.x - 1) {  // the publisher
       const int E = a.num_local_experts, T = s_toff[E];
       for (int ti = tid; ti < T; ti += C::kThreads) a.tiles[ti] = gemm_index_tile<BM>(s_roff, s_toff, E, ti);
       for (int e = tid; e <= E; e += C::kThreads) a.expert_offset[e] = s_roff[e];
@@ -396,8 +399,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   auto task_col = [&](int task, int tiles) { return kColFastest ? task % n_blocks : task / tiles; };
   int pre_steps = 0;
   if constexpr (kEarlyWeights) {
-    // the GEMM index: the tile list is the gate-up CTA 0's, published (release) before that CTA triggered this
-    // grid; acquired here once for the CTA (the barrier below orders every thread's reads of it after)
+    // the GEMM index: the tile list is the gate-up's publisher's (its last CTA), released before that CTA triggered
+    // this grid; acquired here once for the CTA (the barrier below orders every thread's reads of it after)
     if constexpr (C::kIndexReader) {
       if (tid == 0) wait_count_at_least(a.counters + 7, 1);
     }
@@ -515,8 +518,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
 
   // The GEMM index's gate-up: this CTA's first item (none for an even-rounds CTA past g_eff) gets its rows, and
   // the weights of its first stages go out (the main loop skips those, pre_steps), before the wait for kernel 1
-  // (the resets and the quantised input); then CTA 0 releases the tile count (+ 1) to the down GEMM, before this
-  // grid's trigger, so that the down finds it published.
+  // (the resets and the quantised input); then the publisher releases the tile count (+ 1) to the down GEMM, before
+  // this grid's trigger, so that the down finds it published.
   if constexpr (gidx) {
     const int item0 = first_item();
     if (producer && item0 < items && item0 < g_eff) {
@@ -537,10 +540,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       }
       pre_steps = __shfl_sync(0xffffffffu, pre_steps, 0);
     }
-    __syncthreads();         // CTA 0: its threads' tile list and offsets are written
+    __syncthreads();         // the publisher: its threads' tile list and offsets are written
     grid_dependency_wait();  // kernel 1: the per-call resets and the quantised input
     HK_MT_ONLY(tr_waited = globaltimer();)
-    if (blockIdx.x == 0 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
+    if (blockIdx.x == gridDim.x - 1 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
     launch_dependents();
   }
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)

@@ -45,7 +45,7 @@ struct MoeKernelArgs {
                               // last, failing one included: ends at tasks x slices; 0 otherwise; zeroed by prep),
                               // [5] 1 when the gate-up ran in clusters of two (gate_up_pairs; zeroed by prep),
                               // [6] the CTAs a swapped gate-up on even rounds kept (0 otherwise; zeroed by prep),
-                              // [7] with gemm_index: the tile count + 1, published by gate-up CTA 0 (release)
+                              // [7] with gemm_index: the tile count + 1, published by the gate-up's last CTA (release)
                               // once the tile list is written (0 otherwise; zeroed by prep)
   int32_t* expert_offset;     // [E + 1]
   int4* tiles;                // {expert, row_begin, rows, 0}

@@ -179,8 +179,8 @@ HK_MOE_HD int gate_up_even_rounds(bool block_scaled, int gate_up_bm, bool few_do
 // The routing index built inside the GEMMs (session 53): where the gate-up runs swapped (16- to 48-row) tiles over
 // the routing index's own tiles and the index fits one CTA, every gate-up CTA can build the expert counts and the
 // tile list in its shared memory from topk_ids (an input, complete before the op started) and find its tiles'
-// rows itself, while kernel 1 is reduced to the per-call resets and the input quantisation; gate-up CTA 0
-// publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh, gemm_index.cuh). It can run up to
+// rows itself, while kernel 1 is reduced to the per-call resets and the input quantisation; the gate-up's last
+// CTA publishes the tile list for the down GEMM and the tests (grouped_gemm.cuh, gemm_index.cuh). It can run up to
 // kGemmIndexMaxExperts local experts (its tables: two uint16 per expert, 1 KB) and kGemmIndexMaxRows routing
 // entries (gemm_index_can). It is taken per-tensor up to kGemmIndexRuleRows = 64 routing entries with an expert
 // map and kGemmIndexRuleRowsNoMap = 512 without one (8 / 64 tokens at top-8; HOPPERKIT_MOE_GEMM_INDEX=1 forces it
