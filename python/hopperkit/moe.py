@@ -115,8 +115,8 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         "gate_up_pairs": counters[5],
         # the CTAs a swapped gate-up on even rounds kept (gate_up_even_rounds in heuristics.h), else 0
         "gate_up_even_ctas": counters[6],
-        # with the routing index built in the GEMMs (gemm_index in heuristics.h): the tile count + 1, which the gate-up's
-        # last CTA published to the down; 0 when kernel 1 built the index
+        # with the routing index built in the GEMMs (gemm_index in heuristics.h): the tile count + 1, which the
+        # gate-up's last CTA published to the down; 0 when kernel 1 built the index
         "gemm_index_published": counters[7],
         "expert_offset": view("expert_offset", torch.int32, (num_local_experts + 1,)),
         "tiles": view("tiles", torch.int32, ((off["tiles_wide"] - off["tiles"]) // 16, 4)),

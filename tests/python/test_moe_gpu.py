@@ -426,8 +426,8 @@ def check_index_exact(v, ids, expert_map, E_local, bm):
     (4, 512, 256, 2, 2, False, True, "uniform"),       # one local expert
 ])
 def test_gemm_index_ran(T, H, I, E, K, block, ep, kind):
-    """The routing index the GEMMs built (published by the gate-up's last CTA: the tile count + 1), exactly equal to the
-    CPU twin including the rows' order, and the op's output checked by run_case; where the rule does not apply
+    """The routing index the GEMMs built (published by the gate-up's last CTA: the tile count + 1), exactly equal to
+    the CPU twin including the rows' order, and the op's output checked by run_case; where the rule does not apply
     (or HOPPERKIT_MOE_GEMM_INDEX=0), kernel 1's build ran (nothing published). A second call on the workspace
     with other routing publishes again (the resets are per call)."""
     from hopperkit.moe import _workspace_views
