@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import common  # noqa: E402
 from bench.moe_stages import op_calls  # noqa: E402
 
-SLOTS, MAX_CTAS, ITEMS = 32, 1024, 6  # src/moe/trace.h
+SLOTS, MAX_CTAS, ITEMS = 56, 1024, 6  # src/moe/trace.h
 ENTRY, WAITED, CONSUMERS_DONE, SM, NITEMS, PRODUCER_DONE = 0, 1, 2, 3, 4, 5
 ITEM_ISSUED, ITEM_START, ITEM_KDONE, ITEM_STORED = 8, 14, 20, 26
+ITEM_ARRIVED, ITEM_MERGED, ITEM_ACT_DONE = 32, 38, 44  # the epilogue's steps (split pieces, the hand-off)
 GEMMS = ("gate_up", "down")
 
 
@@ -46,6 +47,16 @@ def stats(xs):
     if not xs:
         return None
     return (round(min(xs), 2), round(statistics.median(xs), 2), round(max(xs), 2), len(xs))
+
+
+def span(rows, a, b, alt_from=None):
+    """stats of (row[b] - row[a]) µs over the rows with both events (row[alt_from] where row[a] is missing)"""
+    out = []
+    for r in rows:
+        start = r[a] or (r[alt_from] if alt_from is not None else 0)
+        if start and r[b]:
+            out.append((r[b] - start) / 1000.0)
+    return stats(out)
 
 
 def analyse(traces):
@@ -81,6 +92,14 @@ def analyse(traces):
                                     if r[ITEM_KDONE + u] and r[ITEM_START + u]]),
                 "epilogue_us": stats([(r[ITEM_STORED + u] - r[ITEM_KDONE + u]) / 1000.0 for r in rr
                                       if r[ITEM_STORED + u] and r[ITEM_KDONE + u]]),
+                # the epilogue's steps: a split piece's park and arrival, the last piece's merge, the act stores,
+                # the tile_ready release (each over the CTAs that recorded both ends)
+                "park_us": span(rr, ITEM_KDONE + u, ITEM_ARRIVED + u),
+                "merge_us": span(rr, ITEM_ARRIVED + u, ITEM_MERGED + u),
+                "act_us": span(rr, ITEM_MERGED + u, ITEM_ACT_DONE + u, alt_from=ITEM_KDONE + u),
+                "release_us": span(rr, ITEM_ACT_DONE + u, ITEM_STORED + u),
+                "merged_pieces": sum(1 for r in rr if r[ITEM_MERGED + u]),
+                "parked_pieces": sum(1 for r in rr if r[ITEM_ARRIVED + u] and not r[ITEM_MERGED + u]),
             })
         rep["rounds"] = rounds
         # CTAs of this GEMM busy (from waited to consumers done) in 2 µs bins
@@ -104,6 +123,9 @@ def report(title, res):
             print(f"     item {rd['item']} ({rd['ctas']} CTAs): issued {rd['issued']} start {rd['start']} "
                   f"k_done {rd['k_done']} stored {rd['stored']}; K loop {rd['k_loop_us']} epilogue "
                   f"{rd['epilogue_us']}")
+            print(f"       epilogue steps (µs): park + arrival {rd['park_us']} merge {rd['merge_us']} act "
+                  f"{rd['act_us']} release {rd['release_us']}; pieces merged {rd['merged_pieces']}, parked "
+                  f"{rd['parked_pieces']}")
         if "busy_per_2us" in rep:
             print(f"     busy CTAs per 2 µs: {rep['busy_per_2us']}")
 

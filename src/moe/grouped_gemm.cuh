@@ -1148,6 +1148,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       consumer_sync();
       const bool last = s_last_slice;
       consumer_sync();  // everyone has read the flag before the next item may overwrite it
+      HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemArrived + u);)
       if (!last) {
         HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)  // its partial parked
         zero_acc();
@@ -1162,6 +1163,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         });
       }
       if (tid == 0) a.split_counters[task] = 0;  // ready for the next kernel
+      HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) {
+        asm volatile("" ::"f"(acc[0][0][0]));  // (the timer after this thread's merged sum has arrived)
+        HK_MT(kMtItemMerged + u);
+      })
     }
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
@@ -1278,6 +1283,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         if (a.tile_ready != nullptr) {  // this task's act columns (and block-wise scales) are stored: publish
           consumer_sync();
           if (tid == 0) {
+            HK_MT_ONLY(if (u < kMoeTraceItems) HK_MT(kMtItemActDone + u);)
             fence_proxy_async_global();  // the block-wise down reads act by TMA
             red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
           }

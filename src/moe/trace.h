@@ -10,7 +10,7 @@
 namespace hopperkit {
 namespace moe {
 
-constexpr int kMoeTraceSlots = 32;     // u64 per CTA
+constexpr int kMoeTraceSlots = 56;     // u64 per CTA
 constexpr int kMoeTraceMaxCtas = 1024; // per GEMM
 constexpr int kMoeTraceItems = 6;      // items per CTA with events of their own (the CTA's first ones)
 
@@ -25,9 +25,15 @@ enum MoeTraceEvent : int {
   kMtItemStart = 14,   // + i: consumers (thread 0): item i begins (before its first stage is waited for; a
                        // claimed item (per-tensor swapped down, i >= 1): after, as it learns the item then)
   kMtItemKDone = 20,   // + i: consumers: item i's last stage consumed
-  kMtItemStored = 26,  // + i: consumers: item i's results stored (after a split's merge, if it merged)
+  kMtItemStored = 26,  // + i: consumers: item i's results stored (after a split's merge, if it merged; the
+                       // gate-up with the per-tile hand-off: after its tile_ready release)
+  // the epilogue's steps (session 57), consumers (thread 0):
+  kMtItemArrived = 32,  // + i: a split piece's partial parked and its arrival atomic returned (split items only)
+  kMtItemMerged = 38,   // + i: the last piece's sum of the parked partials loaded (the piece that merged only)
+  kMtItemActDone = 44,  // + i: gate-up: the act codes stored and the consumers' barrier passed, before the
+                        // tile_ready release (the per-tile hand-off only)
 };
-static_assert(kMtItemStored + kMoeTraceItems <= kMoeTraceSlots, "trace slots");
+static_assert(kMtItemActDone + kMoeTraceItems <= kMoeTraceSlots, "trace slots");
 
 }  // namespace moe
 }  // namespace hopperkit
