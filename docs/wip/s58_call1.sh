@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 57 (not run): the split hand-off warp, branch wip/s58-handoff-warp (b40b5f4). Run from a
-# checkout of that branch (its tests) with carry ["ab_variants/s58v.tar.xz", "ab_variants/s58_call1.sh"], ~6 min.
+# checkout of that branch (its tests) with carry ["ab_variants/s58v.tar.xz", "ab_variants/s58_call1.sh"], ~8-9 min (timeout_s 600).
 # Variants in ab_variants/s58v.tar.xz (Python 3.12 extensions built in session 57):
 #   s57_e    main's GPU code (610ff61's kernels; wip/s57-publisher-last 4e4484e)
 #   s57_tr2  trace build of main with the epilogue events (wip/s57-trace-epilogue 6732ba9)
@@ -9,7 +9,7 @@
 # (1) the MoE GPU tests on s58_h (the new bitwise test reruns split cases with HOPPERKIT_MOE_HANDOFF=0 and =1);
 # (2) traces at the default rule, main and hand-off: the gate-up epilogue's steps (with the warp, 'stored' is the
 # hand-off time, 'arrived' / act_done the warp's); (3) if the tests passed: cross-build A/B e vs h, 3 rounds
-# rotated, per-tensor, TP8 / EP8, 4-256 tokens (the 48-row tiles changed too: their act store is the shared helper).
+# rotated, per-tensor, TP8 / EP8, 4-1024 tokens (the 48-row tiles changed too: their act store is the shared helper).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -32,7 +32,7 @@ for i in 1 2 3; do
   for j in 0 1; do v=${V[$(( (j + i) % 2 ))]}
     d=$([ $v = e ] && echo s57_e || echo s58_h)
     PYTHONPATH=$PWD/ab_variants/$d timeout 80 python3 -m bench.moe_bench --impls hopperkit --scalings per_tensor \
-      --modes tp8_ep1,tp1_ep8 --bs 4,8,16,32,64,128,256 --no-reads --out /tmp/ab_${v}_$i.json > /tmp/ab_${v}_$i.log 2>&1
+      --modes tp8_ep1,tp1_ep8 --bs 4,8,16,32,64,128,256,512,1024 --no-reads --out /tmp/ab_${v}_$i.json > /tmp/ab_${v}_$i.log 2>&1
     echo "$v $i rc=$? $(( $(date +%s) - t0 ))s"
   done
 done
