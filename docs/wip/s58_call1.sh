@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 57 (not run): the split hand-off warp, branch wip/s58-handoff-warp (b40b5f4). Run from a
+# Prepared in session 57 (not run): the split hand-off warp, branch wip/s58-handoff-warp (6281d71). Run from a
 # checkout of that branch (its tests) with carry ["ab_variants/s58v.tar.xz", "ab_variants/s58_call1.sh"], ~8-9 min (timeout_s 600).
 # Variants in ab_variants/s58v.tar.xz (Python 3.12 extensions built in session 57):
 #   s57_e    main's GPU code (610ff61's kernels; wip/s57-publisher-last 4e4484e)
