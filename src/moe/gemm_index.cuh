@@ -104,6 +104,12 @@ __device__ __forceinline__ void gemm_index_build(const MoeKernelArgs& a, uint16_
 
 // Tile ti (< toff[E]) of the tile list: {expert, first sorted slot, rows, 0}. The expert is the largest e with
 // toff[e] <= ti (experts without rows have no tiles: toff[e] == toff[e + 1]).
+// The CTA that publishes the index to the down GEMM (tile list, offsets, counters[0..1], then the release of
+// counters[7]): the grid's last, which has the fewest items (none where the grid has more CTAs than items), so
+// that its gpu-scope release waits on few or no weight stages of its own in flight (session 57: CTA 0's took
+// ~5 us longer than the median CTA's wait).
+__device__ __forceinline__ bool gemm_index_publisher() { return blockIdx.x == gridDim.x - 1; }
+
 template <int BM>
 __device__ __forceinline__ int4 gemm_index_tile(const uint16_t* roff, const uint16_t* toff, int E, int ti) {
   int lo = 0, hi = E - 1;

@@ -353,13 +353,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   // tables from topk_ids while kernel 1 runs (the build's first barrier also publishes the ring's barriers), and
   // the publisher CTA writes the tile list, the offsets and counters[0..1] for the down GEMM (which reads them once
   // the publisher has released counters[7], below) and the tests. Kernel 1 writes none of them in this mode.
-  // The publisher is the grid's last CTA: it has the fewest items (none where the grid has more CTAs than items),
-  // so its gpu-scope release waits on few or no weight stages in flight (with CTA 0 publishing, CTA 0 started its
-  // first item 9.5-10.1 us after the grid's first entry, the median CTA 4.1-4.9: session 57's trace).
+  // The publisher is the grid's last CTA (gemm_index_publisher: with CTA 0 publishing, CTA 0 started its first
+  // item 9.5-10.1 us after the grid's first entry, the median CTA 4.1-4.9: session 57's trace).
   constexpr bool gidx = C::kIndexKernel;  // (the host picks this variant where a.gemm_index says)
   if constexpr (gidx) {
     gemm_index_build<BM, C::kThreads>(a, s_roff, s_toff, &s_dropped);
-    if (blockIdx.x == gridDim.x - 1) {  // the publisher
+    if (gemm_index_publisher()) {
       const int E = a.num_local_experts, T = s_toff[E];
       for (int ti = tid; ti < T; ti += C::kThreads) a.tiles[ti] = gemm_index_tile<BM>(s_roff, s_toff, E, ti);
       for (int e = tid; e <= E; e += C::kThreads) a.expert_offset[e] = s_roff[e];
@@ -543,7 +542,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     __syncthreads();         // the publisher: its threads' tile list and offsets are written
     grid_dependency_wait();  // kernel 1: the per-call resets and the quantised input
     HK_MT_ONLY(tr_waited = globaltimer();)
-    if (blockIdx.x == gridDim.x - 1 && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
+    if (gemm_index_publisher() && tid == 0) red_add_release_gpu(a.counters + 7, num_tiles + 1);
     launch_dependents();
   }
   HK_MT_ONLY(if (tid == 0) {  // (before the barrier: the producer's events come after it)
