@@ -231,6 +231,10 @@ void fused_moe(const MoeParams& p) {
   static const int split_waves =
       env_set("HOPPERKIT_MOE_NO_SPLIT") ? 0 : env_int("HOPPERKIT_MOE_SPLIT", kSplitWaves, 1, kMaxSplit);
   a.allow_split = split_waves;
+  // The per-tensor swapped gate-up's split hand-off warp (grouped_gemm.cuh, kHandoffWarp); test and profiling aid:
+  // HOPPERKIT_MOE_HANDOFF=0 keeps the consumers' own hand-off (the outputs are bitwise the same).
+  static const int split_handoff = env_int("HOPPERKIT_MOE_HANDOFF", 1, 0, 1);
+  a.split_handoff = split_handoff;
   // the GEMMs' host-side inputs first: a failure there (occupancy query, tensor-map encoding) throws before
   // any kernel of the op is queued
   const MoeGemmPlan gate_up = stages >= 2 ? plan_moe_gate_up(a) : MoeGemmPlan{};

@@ -125,11 +125,22 @@ struct MoeGemmConfig {
   // at 168 the down kernel spills 24 bytes)
   // The 32-row down tile over 256 weight rows too: it needs 164-165 registers, 3-4 below what 2 CTAs per SM
   // allow, and without the bound a few more would silently halve its occupancy (a helper's review, session 27).
+  // The gate-up tiles with the hand-off warp (kHandoffWarp below) too: 2 CTAs of 192 threads allow 168.
   static constexpr int kMinBlocks =
-      kSetMaxNReg ? 1 : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256))) ? 2 : 0;
+      kSetMaxNReg ? 1
+                  : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256) || (kGateUp && !kBlock))) ? 2 : 0;
   static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  // The per-tensor swapped gate-up's split hand-off warp (session 58): a warp after the producer takes each split
+  // piece's arrival atomic and, for a task's last piece, the merge, the act codes and the tile_ready release, so
+  // that the consumers park a piece's partial and go on to their next item (session 57's trace: the park, the
+  // arrival atomic and the barriers around it took 3.3-6.0 us of a CTA's first items at EP8; a bound without the
+  // hand-off measured 0.928-0.966x at six EP8 points). MoeKernelArgs::split_handoff = 0 keeps the consumers' own
+  // hand-off (the warp leaves at once). Not in the 48-row tile: at its 168 registers (2 CTAs per SM) the warp's
+  // code made ptxas spill 12-32 bytes; the decode points the hand-off is for run 16- and 32-row tiles.
+  static constexpr bool kHandoffWarp = kGateUp && kSwapAB && !kBlock && BM <= 32;
+  static_assert(!kHandoffWarp || BN == 128, "the hand-off warp's act store: 128 weight rows (64 act columns)");
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads + (kHandoffWarp ? 32 : 0);
   static constexpr int kWM = BM / kWarpsM;  // rows per warp
   static constexpr int kWN = BN / kWarpsN;  // weight rows per warp
   static constexpr int kMT = kSwapAB ? 1 : kWM / 16;
@@ -258,6 +269,38 @@ __device__ __forceinline__ int swap_store_col(int warp, int t4) {
   return 16 * warp + ((t4 & 1) != 0 ? 8 + 2 * t4 - 2 : 2 * t4);
 }
 
+// Per-tensor swapped gate-up (16- to 48-row tiles over 128 weight rows: J = rows / 8): one consumer warp's
+// accumulators (warp w's fragment, acc[j][i] gate and acc[J + j][i] up, see kSwapAB) as act codes: SiLU(gate) *
+// up, / a2, FP8 e4m3, stored into act rows row_begin + r (r < rows), columns n0 + 16 w + ... (4 per lane, through
+// swap_store_pairs). Every lane of the calling warp calls it (shuffles). The consumers call it for their own warp,
+// the hand-off warp once per consumer warp of a merged split task.
+template <int J>
+__device__ __forceinline__ void swap_gate_up_act_store(const float (&acc)[2 * J][4], float out_scale, float a2,
+                                                       int rows, int row_begin, int n0, int I, uint8_t* act, int w,
+                                                       int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  const int col = n0 + swap_store_col(w, t4);
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    uint32_t c[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // a padding row's zero would send silu's IEEE division down its slow path (a subroutine call per element):
+      // feed it 1 and divide 1, whose codes are never stored (silu(0) * up = 0 is what a zero row gives)
+      const bool valid = 8 * j + 2 * t4 + (i & 1) < rows;
+      const float gate = valid ? acc[j][i] * out_scale : 1.f;
+      const float h = valid ? silu(gate) * (acc[J + j][i] * out_scale) : 1.f;
+      c[i] = __nv_cvt_float_to_fp8(h / a2, __NV_SATFINITE, __NV_E4M3);
+    }
+    const uint2 wd = swap_store_pairs(c[0] | (c[1] << 16), c[2] | (c[3] << 16), t4);
+    const int r = 8 * j + g;
+    if (r < rows) {  // bytes 0 and 2 of each word are the codes (0x6420: x.b0, x.b2, y.b0, y.b2)
+      *reinterpret_cast<uint32_t*>(act + static_cast<int64_t>(row_begin + r) * I + col) =
+          __byte_perm(wd.x, wd.y, 0x6420);
+    }
+  }
+}
+
 // The swapped wgmmas of one 32-byte K step (16-, 32- or 48-row tiles: R tile rows, m64nRk32): m64 block b (weight
 // rows 64 b .., w's address + b * 8 KB) into d[(R / 8) b .. (R / 8) b + R / 8 - 1] (the tile's rows 8 j ..);
 // `first`: the stage's first step (d written, not read).
@@ -313,6 +356,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   uint64_t* empty = full + C::kStages;                                               // [kStages]
   uint8_t* s_out = smem + C::kOutOffset;                      // [kConsumerWarps][kWM][kOutStride] (kStagedOut)
   __shared__ int s_last_slice;
+  // the split hand-off (C::kHandoffWarp): records {task, pieces, the task's first partial slot, item index u} and
+  // the tile, kHandQ deep; full: thread 0 of the consumers wrote one (1 arrival), empty: the warp copied it
+  constexpr int kHandQ = 2;
+  __shared__ int4 s_hand[C::kHandoffWarp ? kHandQ : 1][2];
+  __shared__ uint64_t s_hand_full[C::kHandoffWarp ? kHandQ : 1], s_hand_empty[C::kHandoffWarp ? kHandQ : 1];
+  __shared__ int s_handed;  // the records consumer thread 0 wrote (thread 0 alone: no register across the items)
+  const bool handoff = C::kHandoffWarp && a.split_handoff != 0;
   // swapped down (kClaims below): item u >= 1's {expert, row_begin, rows, item} (item -1: no more), written by the
   // producer into the slot of the item's first stage before it arms that stage
   __shared__ int4 s_claim[C::kStages];
@@ -343,6 +393,13 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       // the producer's expect_tx (+ its threads' cp.async arrivals)
       mbar_init(&full[s], C::kLaneCopies ? 1 + C::kProducerThreads : 1);
       mbar_init(&empty[s], C::kConsumerWarps * (kPairs ? 2 : 1));  // pairs: both CTAs' consumer warps
+    }
+    if constexpr (C::kHandoffWarp) {
+      s_handed = 0;
+      for (int q = 0; q < kHandQ; ++q) {
+        mbar_init(&s_hand_full[q], 1);
+        mbar_init(&s_hand_empty[q], 1);
+      }
     }
     fence_barrier_init();
     prefetch_tensormap(&wmap);
@@ -773,6 +830,63 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     return;
   }
 
+  // ------------------------------------------------------------------ split hand-off warp (C::kHandoffWarp)
+  // Takes the consumers' split pieces in their order: the arrival atomic (acq_rel: it releases the pieces'
+  // partials, which the consumers' barrier and the record's mbarrier ordered before it, and for the last piece
+  // acquires the others'); for a task's last piece it sums the task's parked partials in K order (as the consumers'
+  // merge: bitwise the same), stores the act codes once per consumer warp's fragment (swap_gate_up_act_store) and
+  // releases the tile's ready count. Leaves on the consumers' end record (task -1).
+  if constexpr (C::kHandoffWarp) {
+    if (warp == C::kConsumerWarps + 1) {
+      if (!handoff) return;
+      constexpr int J = C::kSwapRowTiles, kVals = C::kNT * 4;
+      const float scale_x = __ldg(a.a_in_scale), a2 = __ldg(a.a2_scale);
+      for (int hq = 0;; ++hq) {
+        const int q = hq % kHandQ;
+        mbar_wait_bounded(&s_hand_full[q], (hq / kHandQ) & 1);
+        const int4 rec = s_hand[q][0], tile = s_hand[q][1];
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&s_hand_empty[q]);  // copied: the slot may take the next record
+        const int task = rec.x, pieces = rec.y;
+        if (task < 0) break;
+        int last = 0;
+        if (lane == 0) last = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == pieces - 1;
+        last = __shfl_sync(0xffffffffu, last, 0);
+        HK_MT_ONLY(if (lane == 0 && rec.w < kMoeTraceItems) HK_MT(kMtItemArrived + rec.w);)
+        if (!last) continue;
+        __syncwarp();  // lane 0's acquire before every lane's loads of the partials
+        const float out_scale = scale_x * __ldg(a.w13_scale + tile.x);
+        const int n0 = col_blk(task) * cols_per_task;
+        for (int w = 0; w < C::kConsumerWarps; ++w) {
+          float m[C::kNT][4];
+#pragma unroll
+          for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) m[nt][i] = 0.f;
+          for (int sl = 0; sl < pieces; ++sl) {  // consumer thread 32 w + lane's values, slot by slot (K order)
+            const float* part = a.split_partials + static_cast<int64_t>(rec.z + sl) * kVals * C::kConsumerThreads +
+                                32 * w + lane;
+#pragma unroll
+            for (int nt = 0; nt < C::kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) m[nt][i] += __ldcg(part + (nt * 4 + i) * C::kConsumerThreads);
+          }
+          swap_gate_up_act_store<J>(m, out_scale, a2, tile.z, tile.y, n0, I, a.act, w, lane);
+        }
+        __syncwarp();  // every lane's act codes are stored (before lane 0's release)
+        if (lane == 0) {
+          HK_MT_ONLY(if (rec.w < kMoeTraceItems) HK_MT(kMtItemActDone + rec.w);)
+          a.split_counters[task] = 0;  // ready for the next kernel
+          if (a.tile_ready != nullptr) {
+            fence_proxy_async_global();
+            red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
+          }
+        }
+      }
+      return;
+    }
+  }
+
   // ------------------------------------------------------------------ consumer warps
   if constexpr (C::kSetMaxNReg) setmaxnreg_inc<C::kConsumerRegs>();
   // wgmma: warpgroup wn = warp / kWarpsM takes weight rows [wn * kWN, ...), its warp wm = warp % kWarpsM rows
@@ -1143,6 +1257,22 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       // it by the bar.sync) and, for the last slice, acquires the other slices' (shared with its threads by the
       // next bar.sync); it replaces a sequentially consistent fence in every thread on both sides
       consumer_sync();
+      // the hand-off warp takes the arrival (and the last piece's merge) where this CTA has a next item to go on
+      // to; a CTA's last item keeps its own arrival and merge below (4 warps merge faster than the one, and nothing
+      // waits on them). Both sides count on the same split counter and sum in slot order: the result is the same.
+      if (C::kHandoffWarp && a.split_handoff != 0 && item + item_stride() < items) {
+        if (tid == 0) {
+          const int handed = s_handed, q = handed % kHandQ;
+          if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
+          s_hand[q][0] = make_int4(task, pieces, task * S, u);
+          s_hand[q][1] = tile;
+          mbar_arrive(&s_hand_full[q]);  // (release, CTA scope: after the barrier above, every consumer's partial)
+          s_handed = handed + 1;
+        }
+        HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)  // its partial handed on
+        zero_acc();
+        continue;
+      }
       if (tid == 0) s_last_slice = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == pieces - 1;
       consumer_sync();
       const bool last = s_last_slice;
@@ -1170,7 +1300,17 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
     const int n0 = col_blk(task) * cols_per_task;
-    if (kGateUp) {
+    if constexpr (kGateUp && C::kSwapAB && !kBlock) {  // per-tensor swapped: the act codes (as the hand-off warp's)
+      swap_gate_up_act_store<C::kSwapRowTiles>(acc[0], out_scale, a2, rows, row_begin, n0, I, a.act, warp, lane);
+      if (a.tile_ready != nullptr) {  // this task's act columns are stored: publish
+        consumer_sync();
+        if (tid == 0) {
+          HK_MT_ONLY(if (u < kMoeTraceItems) HK_MT(kMtItemActDone + u);)
+          fence_proxy_async_global();  // (as the block-wise tiles': the down reads act by cp.async here)
+          red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
+        }
+      }
+    } else if (kGateUp) {
       constexpr int kHalf = C::kNT / 2;
       float h[C::kMT][kHalf][4];
 #pragma unroll
@@ -1225,7 +1365,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         // h[0][nt][i], nt = J b + j (J = kSwapRowTiles): intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1)
         // of tile row 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
         constexpr int J = C::kSwapRowTiles;
-        float sx[2 * J];  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
+        float sx[2 * J];  // per tile row (index 2 j + q); block-wise only (per-tensor: swap_gate_up_act_store)
 #pragma unroll
         for (int q = 0; q < 2 * J; ++q) sx[q] = a2;
         if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
@@ -1351,6 +1491,12 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     }
     HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)
     zero_acc();
+  }
+  if (handoff && tid == 0) {  // no more pieces: the hand-off warp leaves after the ones handed
+    const int handed = s_handed, q = handed % kHandQ;
+    if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
+    s_hand[q][0] = make_int4(-1, 0, 0, 0);
+    mbar_arrive(&s_hand_full[q]);
   }
   HK_MT_ONLY(if (tid == 0) {
     HK_MT(kMtConsumersDone);

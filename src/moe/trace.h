@@ -17,7 +17,8 @@ constexpr int kMoeTraceItems = 6;      // items per CTA with events of their own
 enum MoeTraceEvent : int {
   kMtEntry = 0,        // entry (before barrier initialisation)
   kMtWaited = 1,       // after the grid dependency wait, or (swapped down waiting per tile) its decision
-  kMtConsumersDone = 2,  // consumers (thread 0): after the last item
+  kMtConsumersDone = 2,  // consumers (thread 0): after the last item (the gate-up's hand-off warp may still
+                         // be merging a piece handed on before it)
   kMtSm = 3,           // %smid
   kMtItems = 4,        // items the CTA ran
   kMtProducerDone = 5, // producer (lane 0): after its last copy was issued
@@ -26,8 +27,10 @@ enum MoeTraceEvent : int {
                        // claimed item (per-tensor swapped down, i >= 1): after, as it learns the item then)
   kMtItemKDone = 20,   // + i: consumers: item i's last stage consumed
   kMtItemStored = 26,  // + i: consumers: item i's results stored (after a split's merge, if it merged; the
-                       // gate-up with the per-tile hand-off: after its tile_ready release)
-  // the epilogue's steps (session 57), consumers (thread 0):
+                       // gate-up with the per-tile hand-off: after its tile_ready release; a split piece given
+                       // to the gate-up's hand-off warp: once handed on)
+  // the epilogue's steps (session 57), consumers (thread 0), or for a split piece given to the per-tensor swapped
+  // gate-up's hand-off warp (session 58), that warp's lane 0 (arrived, act done):
   kMtItemArrived = 32,  // + i: a split piece's partial parked and its arrival atomic returned (split items only)
   kMtItemMerged = 38,   // + i: the last piece's sum of the parked partials loaded (the piece that merged only)
   kMtItemActDone = 44,  // + i: gate-up: the act codes stored and the consumers' barrier passed, before the
