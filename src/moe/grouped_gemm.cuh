@@ -125,10 +125,11 @@ struct MoeGemmConfig {
   // at 168 the down kernel spills 24 bytes)
   // The 32-row down tile over 256 weight rows too: it needs 164-165 registers, 3-4 below what 2 CTAs per SM
   // allow, and without the bound a few more would silently halve its occupancy (a helper's review, session 27).
-  // The gate-up tiles with the hand-off warp (kHandoffWarp below) too: 2 CTAs of 192 threads allow 168.
+  // The gate-up tiles with the hand-off warp (kHandoffWarp: its comment below) too: 2 CTAs of 192 threads allow 168.
+  static constexpr bool kHandoffWarp = kGateUp && kSwapAB && !kBlock && BM <= 32 && !kIndex;
   static constexpr int kMinBlocks =
       kSetMaxNReg ? 1
-                  : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256) || (kGateUp && !kBlock))) ? 2 : 0;
+                  : (kSwapAB && (BM == 48 || (!kGateUp && BM == 32 && BN == 256) || kHandoffWarp)) ? 2 : 0;
   static_assert(!kSetMaxNReg || kProducerRegs * kProducerThreads + kConsumerRegs * 256 <= 168 * 384,
                 "setmaxnreg: the warpgroups' registers fit what the launch allocated");
   // The per-tensor swapped gate-up's split hand-off warp (session 58): a warp after the producer takes each split
@@ -137,8 +138,12 @@ struct MoeGemmConfig {
   // arrival atomic and the barriers around it took 3.3-6.0 us of a CTA's first items at EP8; a bound without the
   // hand-off measured 0.928-0.966x at six EP8 points). MoeKernelArgs::split_handoff = 0 keeps the consumers' own
   // hand-off (the warp leaves at once). Not in the 48-row tile: at its 168 registers (2 CTAs per SM) the warp's
-  // code made ptxas spill 12-32 bytes; the decode points the hand-off is for run 16- and 32-row tiles.
-  static constexpr bool kHandoffWarp = kGateUp && kSwapAB && !kBlock && BM <= 32;
+  // code made ptxas spill 12-32 bytes; the decode points the hand-off is for run 16- and 32-row tiles. Not in the
+  // GEMM-index kernels (kIndex): built with the warp they measured 1.02-1.11x slower at all 18 per-tensor points
+  // that take them (TP8 4-64, EP8 4-8 tokens), whether the warp worked or left at once (HOPPERKIT_MOE_HANDOFF=0),
+  // their producers' first A copies 5-6 us later (session 58 calls 1-2; cause not found); without it they compile
+  // as before. Measured with the warp (call 2, against main, medians of 2 rounds): qwen3 EP8 16 / 32 tokens 0.964
+  // / 0.958x, hy3 EP8 16 0.990, deepseek EP8 16 0.995; the other non-index points 0.995-1.010x.
   static_assert(!kHandoffWarp || BN == 128, "the hand-off warp's act store: 128 weight rows (64 act columns)");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads + (kHandoffWarp ? 32 : 0);
   static constexpr int kWM = BM / kWarpsM;  // rows per warp
@@ -1300,7 +1305,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
     const int n0 = col_blk(task) * cols_per_task;
-    if constexpr (kGateUp && C::kSwapAB && !kBlock) {  // per-tensor swapped: the act codes (as the hand-off warp's)
+    if constexpr (C::kHandoffWarp) {  // per-tensor swapped 16- / 32-row: the act codes (as the hand-off warp's)
       swap_gate_up_act_store<C::kSwapRowTiles>(acc[0], out_scale, a2, rows, row_begin, n0, I, a.act, warp, lane);
       if (a.tile_ready != nullptr) {  // this task's act columns are stored: publish
         consumer_sync();
@@ -1365,7 +1370,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         // h[0][nt][i], nt = J b + j (J = kSwapRowTiles): intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1)
         // of tile row 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
         constexpr int J = C::kSwapRowTiles;
-        float sx[2 * J];  // per tile row (index 2 j + q); block-wise only (per-tensor: swap_gate_up_act_store)
+        float sx[2 * J];  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
 #pragma unroll
         for (int q = 0; q < 2 * J; ++q) sx[q] = a2;
         if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
