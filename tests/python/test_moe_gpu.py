@@ -608,7 +608,7 @@ def test_tile_ready_off():
 
 # The per-tensor swapped gate-up's split hand-off warp (grouped_gemm.cuh, kHandoffWarp; HOPPERKIT_MOE_HANDOFF, read
 # once per process). Only the 16- / 32-row kernels without the GEMM-built index have the warp (session 58: with it,
-# the index kernels measured 1.02-1.11x slower, with or without the warp's work), so the reruns below take kernel 1's
+# the index kernels measured 1.007-1.109x slower, with or without the warp's work), so the reruns below take kernel 1's
 # index (HOPPERKIT_MOE_GEMM_INDEX=0). The warp takes a split piece only where its CTA has a next item, so the cases
 # need CTAs with two or more split items: at the default split only the just-past-one-wave rule gives them
 # (H >= 4096, ~265-297 tasks on the 264 resident CTAs: two slices, 2-3 items per CTA); under HOPPERKIT_MOE_SPLIT=8
