@@ -141,8 +141,9 @@ struct MoeGemmConfig {
   // code made ptxas spill 12-32 bytes; the decode points the hand-off is for run 16- and 32-row tiles. Not in the
   // GEMM-index kernels (kIndex): built with the warp they measured 1.007-1.109x slower at all 18 per-tensor points
   // that take them (TP8 4-64, EP8 4-8 tokens), and 1.010-1.105x with the warp leaving at once (HANDOFF=0), their
-  // producers' first A copies 3.5-5.5 us later (medians; session 58 calls 1-2; cause not found); without it they
-  // compile as before. Measured with the warp (call 2, against main, medians of 2 rounds): qwen3 EP8 16 / 32
+  // producers' first A copies 3.5-5.5 us later (medians; session 58 calls 1-2; not the extra warp itself: an idle
+  // one that returns at once, with the old launch bound, measured 0.994-1.014x there in call 4; the 2-CTA bound,
+  // the queue and the warp's code remain suspects); without it they compile as before. Measured with the warp (call 2, against main, medians of 2 rounds): qwen3 EP8 16 / 32
   // tokens 0.964 / 0.958x, hy3 EP8 16 0.990, deepseek EP8 16 0.995; the other non-index points 0.995-1.010x.
   static_assert(!kHandoffWarp || BN == 128, "the hand-off warp's act store: 128 weight rows (64 act columns)");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads + (kHandoffWarp ? 32 : 0);
