@@ -136,15 +136,16 @@ struct MoeGemmConfig {
   // piece's arrival atomic and, for a task's last piece, the merge, the act codes and the tile_ready release, so
   // that the consumers park a piece's partial and go on to their next item (session 57's trace: the park, the
   // arrival atomic and the barriers around it took 3.3-6.0 us of a CTA's first items at EP8; a bound without the
-  // hand-off measured 0.928-0.966x at six EP8 points). MoeKernelArgs::split_handoff = 0 keeps the consumers' own
+  // hand-off measured 0.928-0.966x at seven EP8 points). MoeKernelArgs::split_handoff = 0 keeps the consumers' own
   // hand-off (the warp leaves at once). Not in the 48-row tile: at its 168 registers (2 CTAs per SM) the warp's
   // code made ptxas spill 12-32 bytes; the decode points the hand-off is for run 16- and 32-row tiles. Not in the
   // GEMM-index kernels (kIndex): built with the warp they measured 1.007-1.109x slower at all 18 per-tensor points
   // that take them (TP8 4-64, EP8 4-8 tokens), and 1.010-1.105x with the warp leaving at once (HANDOFF=0), their
   // producers' first A copies 3.5-5.5 us later (medians; session 58 calls 1-2; not the extra warp itself: an idle
   // one that returns at once, with the old launch bound, measured 0.994-1.014x there in call 4; the 2-CTA bound,
-  // the queue and the warp's code remain suspects); without it they compile as before. Measured with the warp (call 2, against main, medians of 2 rounds): qwen3 EP8 16 / 32
-  // tokens 0.964 / 0.958x, hy3 EP8 16 0.990, deepseek EP8 16 0.995; the other non-index points 0.995-1.010x.
+  // the queue and the warp's code remain suspects); without it they compile as before. Measured with the warp
+  // (call 3, against main, medians of 2 rounds, per-tensor 4-64 tokens): qwen3 EP8 16 / 32 tokens 0.968 / 0.961x,
+  // deepseek EP8 16 0.993, hy3 EP8 16 0.994, 0.997x geomean over 27 points.
   static_assert(!kHandoffWarp || BN == 128, "the hand-off warp's act store: 128 weight rows (64 act columns)");
   static constexpr int kThreads = kConsumerThreads + kProducerThreads + (kHandoffWarp ? 32 : 0);
   static constexpr int kWM = BM / kWarpsM;  // rows per warp
