@@ -534,6 +534,18 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   // (pairs: their tiles come from tile_of below only; tile_idx serves the non-prefetching and swapped paths)
   auto tile_idx = [&](int task) { return task_tile(task, num_tiles); };
   auto col_blk = [&](int task) { return kPairs ? task / npairs : task_col(task, num_tiles); };
+  // split K: slot's parked partial tile, value v (the accumulators' order, for_each_acc) of consumer thread t at
+  // [v * kConsumerThreads + t]
+  auto split_partial = [&](int slot) {
+    return a.split_partials + static_cast<int64_t>(slot) * (C::kMT * C::kNT * 4) * C::kConsumerThreads;
+  };
+  // the swapped gate-up (kReadyWriter): task's act columns [n0, ...) are stored, ordered before this by the caller's
+  // barrier; add them to its tile's ready count for the down (release; the down reads act through the async proxy:
+  // TMA block-wise, cp.async per-tensor)
+  auto publish_tile_ready = [&](int task, int n0) {
+    fence_proxy_async_global();
+    red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
+  };
   // work items: a cluster's (pairs) or a CTA's first, and the stride between a CTA's items (read where used: the
   // other kernels compile as before)
   auto first_item = [] { return kPairs ? blockIdx.x >> 1 : blockIdx.x; };
@@ -846,7 +858,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   if constexpr (C::kHandoffWarp) {
     if (warp == C::kConsumerWarps + 1) {
       if (!handoff) return;
-      constexpr int J = C::kSwapRowTiles, kVals = C::kNT * 4;
+      constexpr int J = C::kSwapRowTiles;
       const float scale_x = __ldg(a.a_in_scale), a2 = __ldg(a.a2_scale);
       for (int hq = 0;; ++hq) {
         const int q = hq % kHandQ;
@@ -871,8 +883,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
 #pragma unroll
             for (int i = 0; i < 4; ++i) m[nt][i] = 0.f;
           for (int sl = 0; sl < pieces; ++sl) {  // consumer thread 32 w + lane's values, slot by slot (K order)
-            const float* part = a.split_partials + static_cast<int64_t>(rec.z + sl) * kVals * C::kConsumerThreads +
-                                32 * w + lane;
+            const float* part = split_partial(rec.z + sl) + 32 * w + lane;
 #pragma unroll
             for (int nt = 0; nt < C::kNT; ++nt)
 #pragma unroll
@@ -885,8 +896,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
           HK_MT_ONLY(if (rec.w < kMoeTraceItems) HK_MT(kMtItemActDone + rec.w);)
           a.split_counters[task] = 0;  // ready for the next kernel
           if (a.tile_ready != nullptr) {
-            fence_proxy_async_global();
-            red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
+            publish_tile_ready(task, n0);
           }
         }
       }
@@ -1254,9 +1264,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       pieces = stream_k_pieces(task, first_cta, tasks, nk, G);
     }
     if (pieces > 1) {  // split K: park this piece's partial tile; the last piece to arrive sums all in K order
-      constexpr int kVals = C::kMT * C::kNT * 4;
       const int slot = stream_k ? stream_k_slot(blockIdx.x, task == sk_task0) : item;
-      float* mine = a.split_partials + static_cast<int64_t>(slot) * kVals * C::kConsumerThreads;
+      float* mine = split_partial(slot);
       for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
         __stcg(mine + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid, acc[mt][nt][i]);
       });
@@ -1293,7 +1302,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       zero_acc();
       for (int sl = 0; sl < pieces; ++sl) {
         const int at = stream_k ? stream_k_piece_slot(task, sl, first_cta, first_begin, nk) : task * S + sl;
-        const float* part = a.split_partials + static_cast<int64_t>(at) * kVals * C::kConsumerThreads;
+        const float* part = split_partial(at);
         for_each_acc<C::kMT, C::kNT>([&](int mt, int nt, int i) {
           acc[mt][nt][i] += __ldcg(part + ((mt * C::kNT + nt) * 4 + i) * C::kConsumerThreads + tid);
         });
@@ -1313,8 +1322,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         consumer_sync();
         if (tid == 0) {
           HK_MT_ONLY(if (u < kMoeTraceItems) HK_MT(kMtItemActDone + u);)
-          fence_proxy_async_global();  // (as the block-wise tiles': the down reads act by cp.async here)
-          red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
+          publish_tile_ready(task, n0);
         }
       }
     } else if (kGateUp) {
@@ -1430,8 +1438,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
           consumer_sync();
           if (tid == 0) {
             HK_MT_ONLY(if (u < kMoeTraceItems) HK_MT(kMtItemActDone + u);)
-            fence_proxy_async_global();  // the block-wise down reads act by TMA
-            red_add_release_gpu(a.tile_ready + tile_idx(task), min(cols_per_task, I - n0));
+            publish_tile_ready(task, n0);
           }
         }
       } else {
