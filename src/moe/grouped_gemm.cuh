@@ -142,8 +142,10 @@ struct MoeGemmConfig {
   // GEMM-index kernels (kIndex): built with the warp they measured 1.007-1.109x slower at all 18 per-tensor points
   // that take them (TP8 4-64, EP8 4-8 tokens), and 1.010-1.105x with the warp leaving at once (HANDOFF=0), their
   // producers' first A copies 3.5-5.5 us later (medians; session 58 calls 1-2; not the extra warp itself: an idle
-  // one that returns at once, with the old launch bound, measured 0.994-1.014x there in call 4; the 2-CTA bound,
-  // the queue and the warp's code remain suspects); without it they compile as before. Measured with the warp
+  // one that returns at once, with the old launch bound, measured 0.994-1.014x there in call 4; nor the 2-CTA
+  // bound alone, 0.996-1.017x, or the queue's shared memory and barriers alone, 0.992-1.015x: session 59 call 1;
+  // nor the act store through swap_gate_up_act_store, session 59 call 2, so what is left is the warp's code
+  // itself); without it they compile as before. Measured with the warp
   // (call 3, against main, medians of 2 rounds, per-tensor 4-64 tokens): qwen3 EP8 16 / 32 tokens 0.968 / 0.961x,
   // deepseek EP8 16 0.993, hy3 EP8 16 0.994, 0.997x geomean over 27 points.
   static_assert(!kHandoffWarp || BN == 128, "the hand-off warp's act store: 128 weight rows (64 act columns)");
@@ -363,7 +365,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   uint64_t* empty = full + C::kStages;                                               // [kStages]
   uint8_t* s_out = smem + C::kOutOffset;                      // [kConsumerWarps][kWM][kOutStride] (kStagedOut)
   __shared__ int s_last_slice;
-  // the split hand-off (C::kHandoffWarp): records {task, pieces, the task's first partial slot, item index u} and
+  // the split hand-off (C::kHandoffWarp): records {task, pieces, unused, item index u} and
   // the tile, kHandQ deep; full: thread 0 of the consumers wrote one (1 arrival), empty: the warp copied it
   constexpr int kHandQ = 2;
   __shared__ int4 s_hand[C::kHandoffWarp ? kHandQ : 1][2];
@@ -883,7 +885,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
 #pragma unroll
             for (int i = 0; i < 4; ++i) m[nt][i] = 0.f;
           for (int sl = 0; sl < pieces; ++sl) {  // consumer thread 32 w + lane's values, slot by slot (K order)
-            const float* part = split_partial(rec.z + sl) + 32 * w + lane;
+            const float* part = split_partial(task * S + sl) + 32 * w + lane;
 #pragma unroll
             for (int nt = 0; nt < C::kNT; ++nt)
 #pragma unroll
@@ -1276,11 +1278,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       // the hand-off warp takes the arrival (and the last piece's merge) where this CTA has a next item to go on
       // to; a CTA's last item keeps its own arrival and merge below (4 warps merge faster than the one, and nothing
       // waits on them). Both sides count on the same split counter and sum in slot order: the result is the same.
-      if (C::kHandoffWarp && a.split_handoff != 0 && item + item_stride() < items) {
+      if (handoff && item + item_stride() < items) {
         if (tid == 0) {
           const int handed = s_handed, q = handed % kHandQ;
           if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
-          s_hand[q][0] = make_int4(task, pieces, task * S, u);
+          s_hand[q][0] = make_int4(task, pieces, 0, u);
           s_hand[q][1] = tile;
           mbar_arrive(&s_hand_full[q]);  // (release, CTA scope: after the barrier above, every consumer's partial)
           s_handed = handed + 1;
@@ -1316,7 +1318,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     if (!kBlock) out_scale = scale_x * scale_w;
     const int row_begin = tile.y, rows = tile.z;
     const int n0 = col_blk(task) * cols_per_task;
-    if constexpr (C::kHandoffWarp) {  // per-tensor swapped 16- / 32-row: the act codes (as the hand-off warp's)
+    if constexpr (kGateUp && C::kSwapAB && !kBlock) {  // per-tensor swapped: the act codes (as the hand-off warp's)
       swap_gate_up_act_store<C::kSwapRowTiles>(acc[0], out_scale, a2, rows, row_begin, n0, I, a.act, warp, lane);
       if (a.tile_ready != nullptr) {  // this task's act columns are stored: publish
         consumer_sync();
@@ -1380,7 +1382,9 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         // h[0][nt][i], nt = J b + j (J = kSwapRowTiles): intermediate column n0 + 64 b + 16 warp + g + 8 (i >> 1)
         // of tile row 8 j + 2 t4 + (i & 1) (n0 + BN / 2 <= I: I % 64 == 0, and block-wise I % 128 == 0)
         constexpr int J = C::kSwapRowTiles;
-        float sx[2 * J];  // per-tensor: act = h / a2_scale; block-wise: per tile row (index 2 j + q)
+        // block-wise only (the per-tensor swapped tiles store through swap_gate_up_act_store, above); the
+        // per-tensor initial value is kept: without it the block-wise kernels' SASS changed (session 59)
+        float sx[2 * J];  // the act scale per tile row (index 2 j + q)
 #pragma unroll
         for (int q = 0; q < 2 * J; ++q) sx[q] = a2;
         if constexpr (kBlock) {  // amax per tile row over this tile's 128 columns: own values, the 8 g lanes, warps
