@@ -372,6 +372,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   __shared__ uint64_t s_hand_full[C::kHandoffWarp ? kHandQ : 1], s_hand_empty[C::kHandoffWarp ? kHandQ : 1];
   __shared__ int s_handed;  // the records consumer thread 0 wrote (thread 0 alone: no register across the items)
   const bool handoff = C::kHandoffWarp && a.split_handoff != 0;
+  // consumer thread 0: the next record into the queue (after the warp copied the one kHandQ before it)
+  // (tile: none for the end record)
+  auto push_hand = [&](int4 rec, const int4* tile) {
+    const int handed = s_handed, q = handed % kHandQ;
+    if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
+    s_hand[q][0] = rec;
+    if (tile != nullptr) s_hand[q][1] = *tile;
+    mbar_arrive(&s_hand_full[q]);  // (release, CTA scope: what the consumers stored before their barrier)
+    if (tile != nullptr) s_handed = handed + 1;  // (the end record is the last)
+  };
   // swapped down (kClaims below): item u >= 1's {expert, row_begin, rows, item} (item -1: no more), written by the
   // producer into the slot of the item's first stage before it arms that stage
   __shared__ int4 s_claim[C::kStages];
@@ -1279,14 +1289,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       // to; a CTA's last item keeps its own arrival and merge below (4 warps merge faster than the one, and nothing
       // waits on them). Both sides count on the same split counter and sum in slot order: the result is the same.
       if (handoff && item + item_stride() < items) {
-        if (tid == 0) {
-          const int handed = s_handed, q = handed % kHandQ;
-          if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
-          s_hand[q][0] = make_int4(task, pieces, 0, u);
-          s_hand[q][1] = tile;
-          mbar_arrive(&s_hand_full[q]);  // (release, CTA scope: after the barrier above, every consumer's partial)
-          s_handed = handed + 1;
-        }
+        if (tid == 0) push_hand(make_int4(task, pieces, 0, u), &tile);  // after the barrier above: every partial
         HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)  // its partial handed on
         zero_acc();
         continue;
@@ -1510,12 +1513,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)
     zero_acc();
   }
-  if (handoff && tid == 0) {  // no more pieces: the hand-off warp leaves after the ones handed
-    const int handed = s_handed, q = handed % kHandQ;
-    if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
-    s_hand[q][0] = make_int4(-1, 0, 0, 0);
-    mbar_arrive(&s_hand_full[q]);
-  }
+  // no more pieces: the hand-off warp leaves after the ones handed
+  if (handoff && tid == 0) push_hand(make_int4(-1, 0, 0, 0), nullptr);
   HK_MT_ONLY(if (tid == 0) {
     HK_MT(kMtConsumersDone);
     HK_MT_SET(kMtItems, tr_items);
