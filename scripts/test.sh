@@ -24,7 +24,7 @@ $NVCC "${MOE_TRACE_FLAGS[@]}" -gencode arch=compute_90a,code=sm_90a --expt-relax
   -c src/moe/gemm_down.cu -o build/cpp-tests/moe_trace_check_kernel.o
 $NVCC "${MOE_TRACE_FLAGS[@]}" -c src/moe/fused_moe.cpp -o build/cpp-tests/moe_trace_check_launch.o
 echo "== micro-benchmarks (bench/micro): compile check"
-for m in weight_stream down_stream cta_placement; do
+for m in weight_stream down_stream cta_placement cluster_merge; do
   $NVCC -std=c++17 -O3 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a bench/micro/$m.cu \
     src/common/tensor_map.cpp src/common/error.cpp -o build/cpp-tests/micro_$m
 done
