@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: the `bench` package
 
-from bench import ab_report  # noqa: E402
+from bench import ab_report, ab_rounds  # noqa: E402
 
 
 def _write(tmp: Path, name: str, rows: list[dict]) -> None:
@@ -46,6 +46,52 @@ def test_ab_report_without_a_baseline(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert ab_report.main([str(tmp_path), str(out), "prologue_bench", "baseline", "v1"]) == 0
     assert "no baseline rows" in capsys.readouterr().out
+
+
+def _dec(scenario: str, dtype: str, us: float, ok: bool = True) -> dict:
+    return {"scenario": scenario, "dtype": dtype, "impl": "hopperkit", "us": us, "ok": ok}
+
+
+def test_ab_rounds_medians_ratios_and_exclusions(tmp_path, capsys):
+    """Per point, each build's median over its rounds; ratios to the baseline's median; a point wrong in any round
+    of either build or missing from one build stays out of the geomean; peers' rows are ignored."""
+    a = [[_dec("u512", "fp8", 9.0), _dec("one_64k", "fp8", 15.0), _dec("skewed", "fp8", 10.0)],
+         [_dec("u512", "fp8", 9.2), _dec("one_64k", "fp8", 15.2), _dec("skewed", "fp8", 10.1)],
+         [_dec("u512", "fp8", 30.0), _dec("one_64k", "fp8", 14.9), _dec("skewed", "fp8", 10.2)]]  # an outlier
+    s = [[_dec("u512", "fp8", 9.3), _dec("one_64k", "fp8", 16.0), _dec("skewed", "fp8", 1.0, ok=False)],
+         [_dec("u512", "fp8", 9.1), _dec("one_64k", "fp8", 16.2)],  # a round without one point
+         [_dec("u512", "fp8", 9.2), _dec("one_64k", "fp8", 15.8), _dec("skewed", "fp8", 11.0),
+          {"scenario": "u512", "dtype": "fp8", "impl": "flashinfer", "us": 99.0}]]
+    for name, rounds in (("a", a), ("s", s)):
+        for i, rows in enumerate(rounds, 1):
+            (tmp_path / f"{name}_{i}.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "tests_s.log").write_text("....\n26 passed in 30.1s\n")
+    out = tmp_path / "r.json"
+    assert ab_rounds.main([str(tmp_path), str(out), "3", "a", "s"]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    pts = {p["scenario"]: p for p in data["points"]}
+    assert pts["u512"]["a"]["median_us"] == 9.2 and pts["u512"]["s"]["median_us"] == 9.2  # the outlier is out
+    assert pts["one_64k"]["s"]["median_us"] == 16.0 and pts["one_64k"]["s"]["rounds"] == 3
+    assert pts["skewed"]["s"]["rounds"] == 2 and pts["skewed"]["ok"] is False
+    g = (9.2 / 9.2 * 16.0 / 15.0) ** 0.5
+    summ = data["summary"]["s"]
+    assert summ["points"] == 2 and abs(summ["geomean"] - g) < 1e-12 and summ["max"] == 16.0 / 15.0
+    assert f"geomean {g:.4f}" in text and "WRONG OR MISSING" in text
+    assert data["tests"]["s"] == "26 passed in 30.1s" and data["tests"]["a"] is None
+
+
+def test_cross_ab_script_rejects_bad_arguments():
+    """scripts/cross_ab.sh checks its arguments before it builds anything (exit 2, a usage line)."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    script = root / "scripts" / "cross_ab.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    for args in ([], ["--patch", "a=README.md", "--", "decode_bench"], ["--patch", "s=no_such.patch", "--", "x"],
+                 ["--patch", "s=README.md"], ["--bogus"]):
+        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=root,
+                           env={"PATH": "/usr/bin:/bin", "HOPPERKIT_GIT_HASH": "test", "OUT": "/tmp/cross_ab_test_out"})
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
 
 
 def test_sass_digest_waits_regions_and_top(tmp_path):

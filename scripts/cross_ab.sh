@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Cross-build A/B in rotated rounds, in one device call: the tree as it is (the baseline, "a") against copies of
+# it with a patch applied, each built on its own (the Python extension only, all builds at once), its selected
+# tests run, then the benchmark (hopperkit only) once per build and round, the builds' order rotated from round
+# to round; bench/ab_rounds.py prints each point's medians and the builds' ratios to the baseline.
+# This is the pattern of the session 59-60 device calls (docs/wip/s59_call*.sh, s60_call*.sh) as one script.
+#
+# Usage: scripts/cross_ab.sh [--rounds 3] [--tests EXPR] --patch NAME=FILE [--patch NAME=FILE]... \
+#          -- BENCH [benchmark arguments...]
+#   e.g. scripts/cross_ab.sh --tests "slice or merge_piece" --patch s=docs/wip/s60-slice-merge.patch \
+#          -- decode_bench --dtypes bf16,fp8
+#   FILE: a `git diff` of the tree (applied with patch -p1 to a copy; nothing in the tree changes).
+#   --tests: a pytest -k expression run on every patched build (from its own copy, so its tests are its own); a
+#   build whose tests fail gets no benchmark runs. --tests-baseline runs them on the baseline too.
+# Time: ~30-45 s for the builds, the tests, then rounds x builds x one benchmark run (AB_SECONDS each, default 120).
+# $OUT gets cross_ab_<BENCH>.json (bench/ab_rounds.py's summary), tests_<NAME>.log and any failed build's log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/cross_ab_out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+source scripts/provenance.sh  # HOPPERKIT_GIT_HASH for build_info
+ROUNDS=3 TESTS="" TESTS_BASE=0
+NAMES=(a) PATCHES=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds|--tests|--patch) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
+    --rounds) ROUNDS="$2"; shift ;;
+    --tests) TESTS="$2"; shift ;;
+    --tests-baseline) TESTS_BASE=1 ;;
+    --patch) n=${2%%=*}; f=${2#*=}
+             [[ "$n" =~ ^[A-Za-z0-9_]+$ && "$n" != a && "$n" != "$2" ]] || { echo "--patch NAME=FILE (NAME: [A-Za-z0-9_], not a)"; exit 2; }
+             [ -f "$f" ] || { echo "no patch file $f"; exit 2; }
+             NAMES+=("$n"); PATCHES+=("$(realpath "$f")"); shift ;;
+    --) shift; break ;;
+    *) echo "unknown argument: $1"; exit 2 ;;
+  esac
+  shift
+done
+[ $# -ge 1 ] && [ ${#PATCHES[@]} -ge 1 ] || { echo "usage: --patch NAME=FILE ... -- BENCH [args...]"; exit 2; }
+BENCH=$1; shift
+TMP=$(mktemp -d)
+t0=$(date +%s)
+
+build() {  # name, source tree: the extension into $TMP/v_<name>/hopperkit
+  HOPPERKIT_GIT_HASH="${HOPPERKIT_GIT_HASH:-unknown}${3:-}" cmake -S "$2" -B "$TMP/b_$1" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DHOPPERKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v $PY)" \
+    > "$TMP/build_$1.log" 2>&1 &&
+  cmake --build "$TMP/b_$1" --target _C -j "$(nproc)" >> "$TMP/build_$1.log" 2>&1 &&
+  mkdir -p "$TMP/v_$1/hopperkit" && cp "$2"/python/hopperkit/*.py "$TMP/v_$1/hopperkit/" &&
+  cp "$TMP/b_$1"/_C*.so "$TMP/v_$1/hopperkit/"
+}
+SRC=(".")
+for i in "${!PATCHES[@]}"; do
+  n=${NAMES[$((i + 1))]}; d="$TMP/src_$n"; mkdir -p "$d"
+  tar cf - --exclude=./build --exclude=./ab_variants --exclude=./.peers --exclude=./.git . | (cd "$d" && tar xf -)
+  (cd "$d" && patch -p1 -s < "${PATCHES[$i]}") || { echo "patch $n does not apply"; exit 1; }
+  SRC+=("$d")
+done
+for i in "${!NAMES[@]}"; do
+  n=${NAMES[$i]}; build "$n" "$(realpath "${SRC[$i]}")" "$([ "$n" = a ] || echo "+$n")" &
+done
+wait
+OK=()
+for i in "${!NAMES[@]}"; do
+  n=${NAMES[$i]}
+  if ! ls "$TMP/v_$n/hopperkit/"_C*.so > /dev/null 2>&1; then
+    tail -20 "$TMP/build_$n.log"; cp "$TMP/build_$n.log" "$OUT/failed_build_$n.log"; echo "build $n failed"
+    [ "$n" = a ] && exit 1; continue
+  fi
+  if [ -n "$TESTS" ] && { [ "$n" != a ] || [ "$TESTS_BASE" = 1 ]; }; then
+    (cd "${SRC[$i]}" && PYTHONPATH="$TMP/v_$n" timeout "${AB_TEST_SECONDS:-300}" $PY -m pytest tests/python -q \
+      -p no:cacheprovider -k "$TESTS" > "$TMP/tests_$n.log" 2>&1)
+    trc=$?
+    cp "$TMP/tests_$n.log" "$OUT/"
+    echo "tests $n (exit $trc): $(tail -1 "$TMP/tests_$n.log")"
+    if [ $trc -ne 0 ]; then grep -E "^(FAILED|ERROR)" "$TMP/tests_$n.log" | head -5; echo "   no benchmark under $n"; continue; fi
+  fi
+  OK+=("$n")
+done
+[ "${OK[0]:-}" = a ] || { echo "the baseline failed its tests: no benchmark"; exit 1; }
+[ ${#OK[@]} -ge 2 ] || { echo "no patched build passed: no benchmark"; exit 1; }
+echo "built and tested $(( $(date +%s) - t0 ))s: ${OK[*]}"
+if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
+K=${#OK[@]}
+for r in $(seq 1 "$ROUNDS"); do
+  for j in $(seq 0 $((K - 1))); do
+    n=${OK[$(( (j + r) % K ))]}
+    PYTHONPATH="$TMP/v_$n" timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit "$@" \
+      --out "$TMP/${n}_$r.json" > "$TMP/bench_${n}_$r.log" 2>&1
+    echo "$n round $r exit $? $(( $(date +%s) - t0 ))s"
+  done
+done
+$PY -m bench.ab_rounds "$TMP" "$OUT/cross_ab_$BENCH.json" "$ROUNDS" "${OK[@]}"
+echo "cross_ab: $(( $(date +%s) - t0 ))s"
