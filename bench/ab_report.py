@@ -19,12 +19,17 @@ import sys
 ID = ("scenario", "case", "model", "mode", "scaling", "bs", "tokens", "dtype", "cache_layout", "spec", "impl")
 
 
+def row_key(row: dict) -> tuple:
+    """A benchmark row's point: its ID fields (None where the benchmark has no such field)."""
+    return tuple(row.get(k) for k in ID)
+
+
 def load(tmp: str, name: str):
     path = os.path.join(tmp, name + ".json")
     if not os.path.exists(path):
         return None, {}
     data = json.load(open(path))
-    return data, {tuple(r.get(k) for k in ID): r for r in data.get("rows", []) if r.get("us")}
+    return data, {row_key(r): r for r in data.get("rows", []) if r.get("us")}
 
 
 def geomean(xs) -> float:

@@ -5,40 +5,45 @@
 # to round; bench/ab_rounds.py prints each point's medians and the builds' ratios to the baseline.
 # This is the pattern of the session 59-60 device calls (docs/wip/s59_call*.sh, s60_call*.sh) as one script.
 #
-# Usage: scripts/cross_ab.sh [--rounds 3] [--tests EXPR] --patch NAME=FILE [--patch NAME=FILE]... \
+# Usage: scripts/cross_ab.sh [--rounds N] [--tests EXPR] --patch NAME=FILE [--patch NAME=FILE]... \
 #          -- BENCH [benchmark arguments...]
 #   e.g. scripts/cross_ab.sh --tests "slice or merge_piece" --patch s=docs/wip/s60-slice-merge.patch \
 #          -- decode_bench --dtypes bf16,fp8
 #   FILE: a `git diff` of the tree (applied with patch -p1 to a copy; nothing in the tree changes).
 #   --tests: a pytest -k expression run on every patched build (from its own copy, so its tests are its own); a
 #   build whose tests fail gets no benchmark runs. --tests-baseline runs them on the baseline too.
+#   --rounds: default the smallest multiple of the builds that is >= 3 (each build first in as many rounds).
 # Time: ~30-45 s for the builds, the tests, then rounds x builds x one benchmark run (AB_SECONDS each, default 120).
-# $OUT gets cross_ab_<BENCH>.json (bench/ab_rounds.py's summary), tests_<NAME>.log and any failed build's log.
+# $OUT (default /tmp/cross_ab_out) gets cross_ab_<BENCH>.json (bench/ab_rounds.py's summary), tests_<NAME>.log and
+# the logs of failed builds and runs. Exit 0 only if every benchmark run finished.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/cross_ab_out}
-mkdir -p "$OUT"
-PY=${PYTHON:-python3}
-command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-source scripts/provenance.sh  # HOPPERKIT_GIT_HASH for build_info
-ROUNDS=3 TESTS="" TESTS_BASE=0
+ROOT=$(realpath "$(dirname "$0")/..")
+usage() { echo "usage: scripts/cross_ab.sh [--rounds N] [--tests EXPR] [--tests-baseline] --patch NAME=FILE ... -- BENCH [args...]"; exit 2; }
+ROUNDS="" TESTS="" TESTS_BASE=0
 NAMES=(a) PATCHES=()
-while [ $# -gt 0 ]; do
+while [ $# -gt 0 ]; do  # (paths are the caller's: resolved before the cd below)
   case "$1" in
-    --rounds|--tests|--patch) [ $# -ge 2 ] || { echo "$1 needs a value"; exit 2; } ;;&
-    --rounds) ROUNDS="$2"; shift ;;
+    --rounds|--tests|--patch) [ $# -ge 2 ] || { echo "$1 needs a value"; usage; } ;;&
+    --rounds) ROUNDS="$2"; [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds: a positive count"; usage; }; shift ;;
     --tests) TESTS="$2"; shift ;;
     --tests-baseline) TESTS_BASE=1 ;;
     --patch) n=${2%%=*}; f=${2#*=}
-             [[ "$n" =~ ^[A-Za-z0-9_]+$ && "$n" != a && "$n" != "$2" ]] || { echo "--patch NAME=FILE (NAME: [A-Za-z0-9_], not a)"; exit 2; }
-             [ -f "$f" ] || { echo "no patch file $f"; exit 2; }
+             [[ "$n" =~ ^[A-Za-z0-9_]+$ && "$n" != a && "$n" != "$2" ]] || { echo "--patch NAME=FILE (NAME: [A-Za-z0-9_], not a)"; usage; }
+             [[ " ${NAMES[*]} " != *" $n "* ]] || { echo "--patch: the name $n twice"; usage; }
+             [ -f "$f" ] || { echo "no patch file $f"; usage; }
              NAMES+=("$n"); PATCHES+=("$(realpath "$f")"); shift ;;
     --) shift; break ;;
-    *) echo "unknown argument: $1"; exit 2 ;;
+    *) echo "unknown argument: $1"; usage ;;
   esac
   shift
 done
-[ $# -ge 1 ] && [ ${#PATCHES[@]} -ge 1 ] || { echo "usage: --patch NAME=FILE ... -- BENCH [args...]"; exit 2; }
+[ $# -ge 1 ] && [ ${#PATCHES[@]} -ge 1 ] || usage
+OUT=$(realpath -m "${OUT:-/tmp/cross_ab_out}")
+cd "$ROOT"
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+source scripts/provenance.sh  # HOPPERKIT_GIT_HASH for build_info, HOPPERKIT_COMMIT for the benchmarks' JSON
 BENCH=$1; shift
 TMP=$(mktemp -d)
 t0=$(date +%s)
@@ -47,7 +52,7 @@ build() {  # name, source tree: the extension into $TMP/v_<name>/hopperkit
   HOPPERKIT_GIT_HASH="${HOPPERKIT_GIT_HASH:-unknown}${3:-}" cmake -S "$2" -B "$TMP/b_$1" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DHOPPERKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v $PY)" \
     > "$TMP/build_$1.log" 2>&1 &&
-  cmake --build "$TMP/b_$1" --target _C -j "$(nproc)" >> "$TMP/build_$1.log" 2>&1 &&
+  cmake --build "$TMP/b_$1" --target _C -j "$JOBS" >> "$TMP/build_$1.log" 2>&1 &&
   mkdir -p "$TMP/v_$1/hopperkit" && cp "$2"/python/hopperkit/*.py "$TMP/v_$1/hopperkit/" &&
   cp "$TMP/b_$1"/_C*.so "$TMP/v_$1/hopperkit/"
 }
@@ -58,6 +63,7 @@ for i in "${!PATCHES[@]}"; do
   (cd "$d" && patch -p1 -s < "${PATCHES[$i]}") || { echo "patch $n does not apply"; exit 1; }
   SRC+=("$d")
 done
+JOBS=$(( $(nproc) / ${#NAMES[@]} )); [ "$JOBS" -ge 1 ] || JOBS=1  # the builds run at once
 for i in "${!NAMES[@]}"; do
   n=${NAMES[$i]}; build "$n" "$(realpath "${SRC[$i]}")" "$([ "$n" = a ] || echo "+$n")" &
 done
@@ -84,13 +90,20 @@ done
 echo "built and tested $(( $(date +%s) - t0 ))s: ${OK[*]}"
 if [ -f scripts/peers_env.sh ] && [ -d .peers ]; then source scripts/peers_env.sh; fi
 K=${#OK[@]}
+# rounds: a multiple of the builds by default, so that each build runs first equally often
+[ -n "$ROUNDS" ] || ROUNDS=$(( K * ((3 + K - 1) / K) ))
+FAILED=0
 for r in $(seq 1 "$ROUNDS"); do
   for j in $(seq 0 $((K - 1))); do
     n=${OK[$(( (j + r) % K ))]}
-    PYTHONPATH="$TMP/v_$n" timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit "$@" \
+    c=${HOPPERKIT_COMMIT:-unknown}; [ "$n" = a ] || c="$c+$n"
+    HOPPERKIT_COMMIT=$c PYTHONPATH="$TMP/v_$n" timeout "${AB_SECONDS:-120}" $PY -m "bench.$BENCH" --impls hopperkit "$@" \
       --out "$TMP/${n}_$r.json" > "$TMP/bench_${n}_$r.log" 2>&1
-    echo "$n round $r exit $? $(( $(date +%s) - t0 ))s"
+    rc=$?
+    echo "$n round $r exit $rc $(( $(date +%s) - t0 ))s"
+    if [ $rc -ne 0 ]; then FAILED=$((FAILED + 1)); tail -5 "$TMP/bench_${n}_$r.log"; cp "$TMP/bench_${n}_$r.log" "$OUT/failed_bench_${n}_$r.log"; fi
   done
 done
-$PY -m bench.ab_rounds "$TMP" "$OUT/cross_ab_$BENCH.json" "$ROUNDS" "${OK[@]}"
-echo "cross_ab: $(( $(date +%s) - t0 ))s"
+$PY -m bench.ab_rounds "$TMP" "$OUT/cross_ab_$BENCH.json" "$ROUNDS" "${OK[@]}" || { echo "ab_rounds failed"; exit 1; }
+echo "cross_ab: $(( $(date +%s) - t0 ))s, $FAILED of $((ROUNDS * K)) benchmark runs failed"
+[ "$FAILED" -eq 0 ] || exit 1

@@ -1,19 +1,25 @@
 // Micro-benchmark: what a thread-block-cluster hand-off of split-KV partials would cost against today's global
 // one (docs/decode_merge_plan.md, step 1 b-c). Two parts:
 //
-// 1. Residency. For a kernel shaped like the decode kernel's fp8q_r16 variant (160 threads, 2 CTAs per SM by
-//    its launch bound) at several dynamic shared-memory sizes, cudaOccupancyMaxActiveClusters for clusters of
+// 1. Residency. For a kernel shaped like the decode kernel's fp8q_r16 variant (160 threads; at these dynamic
+//    shared-memory sizes at most 2 CTAs per SM, as its launch bound allows), cudaOccupancyMaxActiveClusters for clusters of
 //    1, 2, 4, 8 and 16 CTAs (16: the non-portable size), then a launch of that many clusters in which every CTA
 //    records its SM and start time and stays ~30 µs: if the starts spread by less than that, every CTA was
 //    resident at once.
 // 2. Hand-off latency of one merge group of N pieces (N = 2..16), each piece 8 rows x 128 dims of f16 (2048 B)
-//    plus 8 float LSEs (32 B): from a cluster barrier that aligns the N CTAs to the merger holding the sum of all
-//    pieces, on the merger's globaltimer (median over clusters x repetitions; 16 clusters run at once):
+//    plus 8 float LSEs (32 B): from the first of the group's CTAs to leave an aligning cluster barrier to the
+//    merger holding the sum of all pieces (globaltimer; median over clusters x repetitions; up to 16 clusters at
+//    once, as many as are resident, each CTA with the decode kernel's shared memory, so at most 2 per SM as there;
+//    the sums are checked):
 //      global   every CTA stores its piece to global memory, bar.sync, one atom.acq_rel.gpu per CTA; the last
 //               arriver loads the N pieces (today's handshake and one merge round);
 //      st.async every CTA but rank 0 stores its piece into rank 0's shared memory by st.async, 16 B per thread,
 //               counting the bytes on rank 0's mbarrier; rank 0 waits on it and reads the N - 1 slots;
 //      bulk     the same through the pusher's own shared memory and one cp.async.bulk shared::cta -> cluster.
+//    Session 60's numbers (ab_session60.json call 1) came from an earlier form (commit cc58a94) that timed the
+//    global path from the last arriver's own barrier exit (not the group's first: it left the other pieces' skew
+//    out of the global figures only), ran 33 KB CTAs (several of a cluster could share an SM) and did not check
+//    the sums; this form has not run yet.
 //
 // Build: nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc bench/micro/cluster_merge.cu
 //        src/common/tensor_map.cpp src/common/error.cpp -o cluster_merge
@@ -30,128 +36,69 @@
 
 namespace {
 
-constexpr int kThreads = 160;     // as the decode kernel: 4 consumer warps + the producer warp
+namespace ptx = hopperkit::ptx;
+using micro::place_kernel;
+
+constexpr int kThreads = 160;      // as the decode kernel: 4 consumer warps + the producer warp
 constexpr int kPushThreads = 128;  // the consumer warps hold the piece: 16 B each
 constexpr int kPieceBytes = 2048;  // 8 rows x 128 dims of f16
 constexpr int kLseBytes = 32;      // 8 float LSEs
 constexpr int kSlotBytes = kPieceBytes + kLseBytes;
 constexpr int kMaxCluster = 16;
 constexpr int kReps = 64;
+constexpr int kHandoffSmem = 83008 + 31200 + 128;  // fp8q_r16's + 15 receive slots: 2 CTAs per SM at most
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_size() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_arrive(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t ok = 0;
-  for (uint32_t polls = 0; !ok; ++polls) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (polls == (1u << 26)) __trap();
-  }
-}
-__device__ __forceinline__ void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                   remote),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-               : "memory");
-}
-__device__ __forceinline__ float sum_h8(uint4 v) {
+__host__ __device__ inline float sum_h8(uint4 v) {
   const __half2* h = reinterpret_cast<const __half2*>(&v);
   float s = 0.f;
-#pragma unroll
   for (int i = 0; i < 4; ++i) s += __low2float(h[i]) + __high2float(h[i]);
   return s;
 }
 // A piece's 16 bytes for thread t of rank r, repetition i (distinct per piece so that nothing is folded).
-__device__ __forceinline__ uint4 piece_word(int r, int t, int i) {
+__host__ __device__ inline uint4 piece_word(int r, int t, int i) {
   const __half2 h = __floats2half2_rn(0.001f * (r + 1), 0.0001f * (t + i));
   const uint32_t u = *reinterpret_cast<const uint32_t*>(&h);
   return make_uint4(u, u ^ 1u, u ^ 2u, u ^ 3u);
 }
 
-// ---- part 1: residency --------------------------------------------------------------------------------------
-__global__ void __launch_bounds__(kThreads, 2) place_kernel(unsigned* sm, unsigned long long* start,
-                                                            unsigned long long spin_ns) {
-  extern __shared__ unsigned char smem[];
-  if (threadIdx.x == 0) {
-    unsigned id;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-    const unsigned long long t0 = now_ns();
-    sm[blockIdx.x] = id;
-    start[blockIdx.x] = t0;
-    smem[0] = static_cast<unsigned char>(id);
-    while (now_ns() - t0 < spin_ns) {
-    }
-  }
-}
-
-// ---- part 2: hand-off latency -------------------------------------------------------------------------------
-// method 0: global; 1: st.async; 2: bulk. lat[cluster * kReps + rep] = ns from the aligning barrier to the merged
-// sum on the merger; sink keeps the sums alive.
+// method 0: global; 1: st.async; 2: bulk. t_start[(cluster * kReps + rep) * 16 + rank]: each CTA's exit from the
+// aligning barrier; t_end[cluster * kReps + rep]: the merger's sum complete; sums[(cluster * kReps + rep) * 128 + t]:
+// the merger's thread t's sum of that repetition's pieces (checked on the host); sm[blockIdx]: its SM.
 template <int kMethod>
 __global__ void __launch_bounds__(kThreads, 1) handoff_kernel(uint8_t* partials, int* counters,
-                                                              unsigned long long* lat, float* sink) {
+                                                              unsigned long long* t_start, unsigned long long* t_end,
+                                                              float* sums, unsigned* sm) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
   uint8_t* slots = smem + 128;                                    // (N - 1) receive slots (rank 0)
   uint8_t* own = slots + (kMaxCluster - 1) * kSlotBytes;          // bulk: the pusher's staged piece
   __shared__ int is_last;
-  const uint32_t rank = cluster_rank();
-  const uint32_t n = cluster_size();
+  const uint32_t rank = ptx::cluster_ctarank();
+  const uint32_t n = ptx::cluster_nctarank();
   const int cluster = blockIdx.x / n;
   const int t = threadIdx.x;
   if (t == 0) {
-    mbar_init(smem_u32(bar), 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    sm[blockIdx.x] = ptx::sm_id();
+    ptx::mbar_init(bar, 1);
+    ptx::fence_barrier_init();
   }
-  cluster_barrier();
-  const uint32_t remote_bar = map_rank(smem_u32(bar), 0);
-  float acc = 0.f;
+  ptx::cluster_sync();
+  const uint32_t remote_bar = ptx::map_to_rank(ptx::smem_addr(bar), 0);
   for (int i = 0; i < kReps; ++i) {
-    cluster_barrier();  // aligns the N CTAs; also orders the merger's reads of repetition i-1 before new pushes
-    const unsigned long long t0 = now_ns();
+    ptx::cluster_sync();  // aligns the N CTAs; also orders the merger's reads of repetition i-1 before new pushes
+    const size_t rec = static_cast<size_t>(cluster) * kReps + i;
+    if (t == 0) t_start[rec * kMaxCluster + rank] = ptx::globaltimer();
     const uint4 mine = piece_word(rank, t, i);
+    float acc = 0.f;
+    bool merged = false;
     if constexpr (kMethod == 0) {
       uint8_t* slot = partials + (size_t(cluster) * kMaxCluster + rank) * kSlotBytes;
       if (t < kPushThreads) *reinterpret_cast<uint4*>(slot + t * 16) = mine;
       if (t < 2) *reinterpret_cast<uint4*>(slot + kPieceBytes + t * 16) = mine;
       __syncthreads();
-      if (t == 0) {
-        int old;
-        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counters + cluster) : "memory");
-        is_last = old == int(n) * (i + 1) - 1;
-      }
+      if (t == 0) is_last = ptx::atom_add_acq_rel_gpu(counters + cluster, 1) == int(n) * (i + 1) - 1;
       __syncthreads();
+      merged = is_last;
       if (is_last && t < kPushThreads) {
         uint4 v[kMaxCluster];
 #pragma unroll
@@ -163,31 +110,23 @@ __global__ void __launch_bounds__(kThreads, 1) handoff_kernel(uint8_t* partials,
         for (int s = 0; s < kMaxCluster; ++s)
           if (s < int(n)) acc += sum_h8(v[s]);
       }
-      if (is_last) {
-        __syncthreads();
-        if (t == 0) lat[cluster * kReps + i] = now_ns() - t0;
-      }
     } else {
       if (rank != 0) {
-        const uint32_t dst = map_rank(smem_u32(slots + (rank - 1) * kSlotBytes), 0);
+        const uint32_t dst = ptx::map_to_rank(ptx::smem_addr(slots + (rank - 1) * kSlotBytes), 0);
         if constexpr (kMethod == 1) {
-          if (t < kPushThreads) st_async_v4(dst + t * 16, mine, remote_bar);
-          if (t < 2) st_async_v4(dst + kPieceBytes + t * 16, mine, remote_bar);
+          if (t < kPushThreads) ptx::st_async_v4(dst + t * 16, mine, remote_bar);
+          if (t < 2) ptx::st_async_v4(dst + kPieceBytes + t * 16, mine, remote_bar);
         } else {
           if (t < kPushThreads) *reinterpret_cast<uint4*>(own + t * 16) = mine;
           if (t < 2) *reinterpret_cast<uint4*>(own + kPieceBytes + t * 16) = mine;
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-          asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
-          if (t == 0)
-            asm volatile(
-                "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                    dst),
-                "r"(smem_u32(own)), "n"(kSlotBytes), "r"(remote_bar)
-                : "memory");
+          __syncthreads();
+          if (t == 0) ptx::bulk_copy_to_rank(dst, own, kSlotBytes, remote_bar);
         }
       } else {
-        if (t == 0) mbar_expect_arrive(smem_u32(bar), (n - 1) * kSlotBytes);
-        mbar_wait(smem_u32(bar), i & 1);
+        merged = true;
+        if (t == 0) ptx::mbar_arrive_expect_tx(bar, (n - 1) * kSlotBytes);
+        ptx::mbar_wait_bounded(bar, i & 1);
         if (t < kPushThreads) {
           uint4 v[kMaxCluster - 1];
 #pragma unroll
@@ -198,23 +137,24 @@ __global__ void __launch_bounds__(kThreads, 1) handoff_kernel(uint8_t* partials,
           for (int s = 0; s < kMaxCluster - 1; ++s)
             if (s < int(n) - 1) acc += sum_h8(v[s]);
         }
-        __syncthreads();
-        if (t == 0) lat[cluster * kReps + i] = now_ns() - t0;
       }
     }
+    if (merged) {
+      __syncthreads();
+      if (t == 0) t_end[rec] = ptx::globaltimer();
+      if (t < kPushThreads) sums[rec * kPushThreads + t] = acc;
+    }
   }
-  cluster_barrier();  // no CTA leaves while a peer may still push into it or read from it
-  if (acc == 1.2345f) sink[blockIdx.x * kThreads + t] = acc;
+  ptx::cluster_sync();  // no CTA leaves while a peer may still push into it or read from it
 }
 
 struct Stats {
   double med, p10, p90;
 };
-Stats stats(std::vector<unsigned long long> v) {
-  v.erase(std::remove(v.begin(), v.end(), 0ull), v.end());
+Stats stats(std::vector<double> v) {
   if (v.empty()) return {0, 0, 0};
   std::sort(v.begin(), v.end());
-  return {v[v.size() / 2] / 1e3, v[v.size() / 10] / 1e3, v[v.size() * 9 / 10] / 1e3};
+  return {v[v.size() / 2], v[v.size() / 10], v[v.size() * 9 / 10]};
 }
 
 cudaLaunchConfig_t cluster_cfg(cudaLaunchAttribute* attr, int grid, int cluster, int smem) {
@@ -254,6 +194,10 @@ int residency(int sms) {
         MICRO_CK(cudaOccupancyMaxActiveClusters(&clusters, place_kernel, &cfg));
       }
       const int ctas = clusters * c;
+      if (ctas == 0) {
+        std::printf("residency: %6d %2d    0    0 | (no cluster fits)\n", smem, c);
+        continue;
+      }
       cfg.gridDim = dim3(ctas);
       MICRO_CK(cudaLaunchKernelEx(&cfg, place_kernel, sm, start, 30000ull));
       MICRO_CK(cudaGetLastError());
@@ -272,32 +216,74 @@ int residency(int sms) {
   return 0;
 }
 
+struct Buffers {
+  uint8_t* partials = nullptr;
+  int* counters = nullptr;
+  unsigned long long* t_start = nullptr;
+  unsigned long long* t_end = nullptr;
+  float* sums = nullptr;
+  unsigned* sm = nullptr;
+};
+
 template <int kMethod>
-int handoff(const char* name, int cluster, int clusters, uint8_t* partials, int* counters, unsigned long long* lat,
-            float* sink) {
+int handoff(const char* name, int cluster, int clusters, const Buffers& b) {
   auto kernel = handoff_kernel<kMethod>;
-  const int smem = 128 + kMaxCluster * kSlotBytes;
   MICRO_CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  MICRO_CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MICRO_CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHandoffSmem));
   cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t cfg = cluster_cfg(attr, cluster * clusters, cluster, smem);
-  std::vector<unsigned long long> all;
+  cudaLaunchConfig_t cfg = cluster_cfg(attr, cluster * clusters, cluster, kHandoffSmem);
+  int fit = 0;
+  MICRO_CK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
+  clusters = std::min(clusters, fit);  // every cluster resident at once: the waits need it
+  if (clusters < 1) {
+    std::printf("handoff: %-8s N %2d: no cluster fits: skipped\n", name, cluster);
+    return 0;
+  }
+  cfg.gridDim = dim3(cluster * clusters);
+  const size_t recs = static_cast<size_t>(clusters) * kReps;
+  std::vector<double> lat;
+  std::vector<unsigned long long> ts(recs * kMaxCluster), te(recs);
+  std::vector<float> sums(recs * kPushThreads);
+  std::vector<unsigned> sm(cluster * clusters);
+  double worst_err = 0.0;
+  int shared_sm_clusters = 0;
   for (int launch = 0; launch < 4; ++launch) {
-    MICRO_CK(cudaMemset(counters, 0, 64 * sizeof(int)));
-    MICRO_CK(cudaMemset(lat, 0, 64 * kReps * sizeof(unsigned long long)));
-    MICRO_CK(cudaLaunchKernelEx(&cfg, kernel, partials, counters, lat, sink));
+    MICRO_CK(cudaMemset(b.counters, 0, 64 * sizeof(int)));
+    MICRO_CK(cudaMemset(b.t_end, 0, recs * sizeof(unsigned long long)));
+    MICRO_CK(cudaLaunchKernelEx(&cfg, kernel, b.partials, b.counters, b.t_start, b.t_end, b.sums, b.sm));
     MICRO_CK(cudaGetLastError());
     MICRO_CK(cudaDeviceSynchronize());
-    std::vector<unsigned long long> h(clusters * kReps);
-    MICRO_CK(cudaMemcpy(h.data(), lat, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-    if (launch > 0) {  // the first launch warms the code and the lines
-      for (int c = 0; c < clusters; ++c)
-        for (int i = 2; i < kReps; ++i) all.push_back(h[c * kReps + i]);
+    MICRO_CK(cudaMemcpy(ts.data(), b.t_start, ts.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    MICRO_CK(cudaMemcpy(te.data(), b.t_end, te.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    MICRO_CK(cudaMemcpy(sums.data(), b.sums, sums.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    MICRO_CK(cudaMemcpy(sm.data(), b.sm, sm.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    for (int c = 0; c < clusters; ++c) {
+      for (int i = 0; i < kReps; ++i) {
+        const size_t rec = static_cast<size_t>(c) * kReps + i;
+        for (int t = 0; t < kPushThreads; ++t) {  // every repetition's sums, against the host's
+          float want = 0.f;
+          for (int r = 0; r < cluster; ++r) want += sum_h8(piece_word(r, t, i));
+          worst_err = std::max(worst_err, std::abs(double(sums[rec * kPushThreads + t]) - want) / std::abs(want));
+        }
+        if (launch > 0 && i >= 2) {  // the first launch and repetitions warm the code and the lines
+          const unsigned long long t0 = *std::min_element(&ts[rec * kMaxCluster], &ts[rec * kMaxCluster] + cluster);
+          lat.push_back((te[rec] - t0) / 1e3);
+        }
+      }
+      if (launch == 0) {
+        std::set<unsigned> sms(&sm[c * cluster], &sm[c * cluster] + cluster);
+        shared_sm_clusters += static_cast<int>(sms.size()) < cluster;
+      }
     }
   }
-  const Stats s = stats(all);
-  std::printf("handoff: %-8s N %2d clusters %2d  median %6.3f us  p10 %6.3f  p90 %6.3f  (%zu samples)\n", name,
-              cluster, clusters, s.med, s.p10, s.p90, all.size());
+  const Stats s = stats(lat);
+  std::printf("handoff: %-8s N %2d clusters %2d  median %6.3f us  p10 %6.3f  p90 %6.3f  (%zu samples; %d clusters "
+              "with 2 CTAs on one SM; worst relative sum error %.1e)\n",
+              name, cluster, clusters, s.med, s.p10, s.p90, lat.size(), shared_sm_clusters, worst_err);
+  if (worst_err > 1e-3) {
+    std::fprintf(stderr, "handoff %s N %d: the merged sums are wrong\n", name, cluster);
+    return 1;
+  }
   return 0;
 }
 
@@ -307,23 +293,26 @@ int main() {
   int sms = 0;
   MICRO_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (residency(sms) != 0) return 1;
-  uint8_t* partials = nullptr;
-  int* counters = nullptr;
-  unsigned long long* lat = nullptr;
-  float* sink = nullptr;
-  MICRO_CK(cudaMalloc(&partials, 64 * kMaxCluster * kSlotBytes));
-  MICRO_CK(cudaMalloc(&counters, 64 * sizeof(int)));
-  MICRO_CK(cudaMalloc(&lat, 64 * kReps * sizeof(unsigned long long)));
-  MICRO_CK(cudaMalloc(&sink, 64 * kMaxCluster * kThreads * sizeof(float)));
+  Buffers b;
+  const size_t recs = 16 * kReps;  // at most 16 clusters
+  MICRO_CK(cudaMalloc(&b.partials, 64 * kMaxCluster * kSlotBytes));
+  MICRO_CK(cudaMalloc(&b.counters, 64 * sizeof(int)));
+  MICRO_CK(cudaMalloc(&b.t_start, recs * kMaxCluster * sizeof(unsigned long long)));
+  MICRO_CK(cudaMalloc(&b.t_end, recs * sizeof(unsigned long long)));
+  MICRO_CK(cudaMalloc(&b.sums, recs * kPushThreads * sizeof(float)));
+  MICRO_CK(cudaMalloc(&b.sm, 16 * kMaxCluster * sizeof(unsigned)));
+  int rc = 0;
   for (int n : {2, 4, 8, 16}) {
     const int clusters = 256 / n < 16 ? 256 / n : 16;
-    if (handoff<0>("global", n, clusters, partials, counters, lat, sink) != 0) return 1;
-    if (handoff<1>("st.async", n, clusters, partials, counters, lat, sink) != 0) return 1;
-    if (handoff<2>("bulk", n, clusters, partials, counters, lat, sink) != 0) return 1;
+    rc |= handoff<0>("global", n, clusters, b);
+    rc |= handoff<1>("st.async", n, clusters, b);
+    rc |= handoff<2>("bulk", n, clusters, b);
   }
-  cudaFree(partials);
-  cudaFree(counters);
-  cudaFree(lat);
-  cudaFree(sink);
-  return 0;
+  cudaFree(b.partials);
+  cudaFree(b.counters);
+  cudaFree(b.t_start);
+  cudaFree(b.t_end);
+  cudaFree(b.sums);
+  cudaFree(b.sm);
+  return rc;
 }

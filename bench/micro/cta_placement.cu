@@ -23,27 +23,7 @@
 
 namespace {
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Each CTA: its SM and start time; then it stays ~spin_ns so that the whole grid is resident at once.
-__global__ void place_kernel(unsigned* sm, unsigned long long* start, unsigned long long spin_ns) {
-  extern __shared__ unsigned char smem[];
-  if (threadIdx.x == 0) {
-    unsigned id;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-    const unsigned long long t0 = now_ns();
-    sm[blockIdx.x] = id;
-    start[blockIdx.x] = t0;
-    smem[0] = static_cast<unsigned char>(id);
-    while (now_ns() - t0 < spin_ns) {
-    }
-  }
-  __syncthreads();
-}
+using micro::place_kernel;
 
 int run_shape(const char* name, int threads, int smem_bytes, int sms) {
   MICRO_CK(cudaFuncSetAttribute(place_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));

@@ -1,7 +1,7 @@
-// Shared host pieces of the micro-benchmarks in bench/micro: the CUDA-call check (prints and returns 1 from the
+// Shared pieces of the micro-benchmarks in bench/micro: the CUDA-call check (prints and returns 1 from the
 // calling function), the tensor-map encode that reports a rejection, the device buffer with its plain vectorised
-// read (the streaming reference), the median of timed launches, and the timing of a persistent ring kernel on
-// its resident grid.
+// read (the streaming reference), the kernel that records where each CTA of a grid lands, the median of timed
+// launches, and the timing of a persistent ring kernel on its resident grid.
 #pragma once
 
 #include <cuda.h>
@@ -13,6 +13,7 @@
 #include <exception>
 #include <vector>
 
+#include "common/ptx.cuh"
 #include "common/tensor_map.h"
 
 #define MICRO_CK(x)                                                                            \
@@ -34,6 +35,22 @@ __global__ void read_kernel(const int4* __restrict__ p, size_t n, int* sink) {
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678) *sink = acc;
+}
+
+// Each CTA: its SM and start time (globaltimer); then thread 0 stays ~spin_ns so that the whole grid is resident at
+// once (cta_placement, cluster_merge).
+__global__ void place_kernel(unsigned* sm, unsigned long long* start, unsigned long long spin_ns) {
+  extern __shared__ unsigned char smem[];
+  if (threadIdx.x == 0) {
+    const unsigned id = hopperkit::ptx::sm_id();
+    const unsigned long long t0 = hopperkit::ptx::globaltimer();
+    sm[blockIdx.x] = id;
+    start[blockIdx.x] = t0;
+    smem[0] = static_cast<unsigned char>(id);
+    while (hopperkit::ptx::globaltimer() - t0 < spin_ns) {
+    }
+  }
+  __syncthreads();
 }
 
 // Median time in µs of `reps` launches (after two warm-up launches), each bracketed by events.

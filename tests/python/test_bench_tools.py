@@ -52,46 +52,77 @@ def _dec(scenario: str, dtype: str, us: float, ok: bool = True) -> dict:
     return {"scenario": scenario, "dtype": dtype, "impl": "hopperkit", "us": us, "ok": ok}
 
 
+def _write_rounds(tmp: Path, name: str, rounds: list[list[dict]]) -> None:
+    for i, rows in enumerate(rounds, 1):
+        (tmp / f"{name}_{i}.json").write_text(json.dumps({"commit": f"c+{name}", "rows": rows}))
+
+
 def test_ab_rounds_medians_ratios_and_exclusions(tmp_path, capsys):
-    """Per point, each build's median over its rounds; ratios to the baseline's median; a point wrong in any round
-    of either build or missing from one build stays out of the geomean; peers' rows are ignored."""
+    """Per point, each build's median over its rounds; ratios to the baseline's median; a point wrong in a round
+    of the build or of the baseline, or missing from one of their rounds, stays out of the geomean; peers' rows
+    are not points."""
     a = [[_dec("u512", "fp8", 9.0), _dec("one_64k", "fp8", 15.0), _dec("skewed", "fp8", 10.0)],
          [_dec("u512", "fp8", 9.2), _dec("one_64k", "fp8", 15.2), _dec("skewed", "fp8", 10.1)],
-         [_dec("u512", "fp8", 30.0), _dec("one_64k", "fp8", 14.9), _dec("skewed", "fp8", 10.2)]]  # an outlier
-    s = [[_dec("u512", "fp8", 9.3), _dec("one_64k", "fp8", 16.0), _dec("skewed", "fp8", 1.0, ok=False)],
-         [_dec("u512", "fp8", 9.1), _dec("one_64k", "fp8", 16.2)],  # a round without one point
+         [_dec("u512", "fp8", 30.0), _dec("one_64k", "fp8", 14.9), _dec("skewed", "fp8", 10.2),
+          _dec("two_32k", "fp8", 21.0)]]  # an outlier; a point only this round has
+    s = [[_dec("u512", "fp8", 9.3), _dec("one_64k", "fp8", 16.0), _dec("skewed", "fp8", 1.0, ok=False),
+          _dec("two_32k", "fp8", 22.0)],
+         [_dec("u512", "fp8", 9.1), _dec("one_64k", "fp8", 16.2), _dec("two_32k", "fp8", 22.0)],
          [_dec("u512", "fp8", 9.2), _dec("one_64k", "fp8", 15.8), _dec("skewed", "fp8", 11.0),
-          {"scenario": "u512", "dtype": "fp8", "impl": "flashinfer", "us": 99.0}]]
-    for name, rounds in (("a", a), ("s", s)):
-        for i, rows in enumerate(rounds, 1):
-            (tmp_path / f"{name}_{i}.json").write_text(json.dumps({"rows": rows}))
+          _dec("two_32k", "fp8", 22.0), {"scenario": "u512", "dtype": "fp8", "impl": "flashinfer", "us": 99.0}]]
+    _write_rounds(tmp_path, "a", a)
+    _write_rounds(tmp_path, "s", s)
     (tmp_path / "tests_s.log").write_text("....\n26 passed in 30.1s\n")
     out = tmp_path / "r.json"
     assert ab_rounds.main([str(tmp_path), str(out), "3", "a", "s"]) == 0
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
+    assert all(p["impl"] == "hopperkit" for p in data["points"])
     pts = {p["scenario"]: p for p in data["points"]}
     assert pts["u512"]["a"]["median_us"] == 9.2 and pts["u512"]["s"]["median_us"] == 9.2  # the outlier is out
     assert pts["one_64k"]["s"]["median_us"] == 16.0 and pts["one_64k"]["s"]["rounds"] == 3
     assert pts["skewed"]["s"]["rounds"] == 2 and pts["skewed"]["ok"] is False
+    assert pts["two_32k"]["a"]["rounds"] == 1 and pts["two_32k"]["s"]["ratio"] == 22.0 / 21.0
     g = (9.2 / 9.2 * 16.0 / 15.0) ** 0.5
     summ = data["summary"]["s"]
     assert summ["points"] == 2 and abs(summ["geomean"] - g) < 1e-12 and summ["max"] == 16.0 / 15.0
     assert f"geomean {g:.4f}" in text and "WRONG OR MISSING" in text
     assert data["tests"]["s"] == "26 passed in 30.1s" and data["tests"]["a"] is None
+    assert data["commits"] == {"a": ["c+a"], "s": ["c+s"]}
 
 
-def test_cross_ab_script_rejects_bad_arguments():
-    """scripts/cross_ab.sh checks its arguments before it builds anything (exit 2, a usage line)."""
+def test_ab_rounds_a_broken_build_leaves_the_others_alone(tmp_path):
+    """With three builds, one whose output is wrong everywhere does not take points from another's geomean."""
+    _write_rounds(tmp_path, "a", [[_dec("x", "fp8", 10.0), _dec("y", "fp8", 20.0)]] * 2)
+    _write_rounds(tmp_path, "s", [[_dec("x", "fp8", 11.0), _dec("y", "fp8", 22.0)]] * 2)
+    _write_rounds(tmp_path, "t", [[_dec("x", "fp8", 1.0, ok=False), _dec("y", "fp8", 2.0, ok=False)]] * 2)
+    out = tmp_path / "r.json"
+    assert ab_rounds.main([str(tmp_path), str(out), "2", "a", "s", "t"]) == 0
+    summ = json.loads(out.read_text())["summary"]
+    assert summ["s"]["points"] == 2 and abs(summ["s"]["geomean"] - 1.1) < 1e-12
+    assert summ["t"]["points"] == 0
+
+
+def test_cross_ab_script_rejects_bad_arguments(tmp_path):
+    """scripts/cross_ab.sh checks its arguments (paths relative to the caller) before it builds or creates
+    anything: exit 2 and its usage line."""
     import subprocess
     root = Path(__file__).resolve().parents[2]
     script = root / "scripts" / "cross_ab.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    for args in ([], ["--patch", "a=README.md", "--", "decode_bench"], ["--patch", "s=no_such.patch", "--", "x"],
-                 ["--patch", "s=README.md"], ["--bogus"]):
-        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=root,
-                           env={"PATH": "/usr/bin:/bin", "HOPPERKIT_GIT_HASH": "test", "OUT": "/tmp/cross_ab_test_out"})
-        assert r.returncode == 2, (args, r.stdout, r.stderr)
+    patch = tmp_path / "p.patch"
+    patch.write_text("")
+    out = tmp_path / "out"
+    cases = {(): "usage", ("--patch", "a=p.patch", "--", "decode_bench"): "not a",
+             ("--patch", "s=no_such.patch", "--", "x"): "no patch file", ("--patch", "s=p.patch"): "usage",
+             ("--patch",): "needs a value", ("--patch", "s=p.patch", "--rounds"): "needs a value",
+             ("--rounds", "0", "--patch", "s=p.patch", "--", "x"): "positive count",
+             ("--patch", "s=p.patch", "--patch", "s=p.patch", "--", "x"): "twice", ("--bogus",): "unknown argument"}
+    for args, why in cases.items():
+        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin", "HOPPERKIT_GIT_HASH": "test", "OUT": str(out)})
+        assert r.returncode == 2 and why in r.stdout and "usage:" in r.stdout, (args, r.stdout, r.stderr)
+    assert not out.exists()
 
 
 def test_sass_digest_waits_regions_and_top(tmp_path):
