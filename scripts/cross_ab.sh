@@ -48,13 +48,9 @@ BENCH=$1; shift
 TMP=$(mktemp -d)
 t0=$(date +%s)
 
-build() {  # name, source tree: the extension into $TMP/v_<name>/hopperkit
-  HOPPERKIT_GIT_HASH="${HOPPERKIT_GIT_HASH:-unknown}${3:-}" cmake -S "$2" -B "$TMP/b_$1" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DHOPPERKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v $PY)" \
-    > "$TMP/build_$1.log" 2>&1 &&
-  cmake --build "$TMP/b_$1" --target _C -j "$JOBS" >> "$TMP/build_$1.log" 2>&1 &&
-  mkdir -p "$TMP/v_$1/hopperkit" && cp "$2"/python/hopperkit/*.py "$TMP/v_$1/hopperkit/" &&
-  cp "$TMP/b_$1"/_C*.so "$TMP/v_$1/hopperkit/"
+build() {  # name, source tree, build_info suffix: the extension into $TMP/v_<name>/hopperkit
+  HOPPERKIT_GIT_HASH="${HOPPERKIT_GIT_HASH:-unknown}${3:-}" PYTHON=$PY \
+    bash scripts/build_ext.sh "$2" "$TMP/b_$1" "$TMP/v_$1" "$JOBS" > /dev/null
 }
 SRC=(".")
 for i in "${!PATCHES[@]}"; do
@@ -72,7 +68,7 @@ OK=()
 for i in "${!NAMES[@]}"; do
   n=${NAMES[$i]}
   if ! ls "$TMP/v_$n/hopperkit/"_C*.so > /dev/null 2>&1; then
-    tail -20 "$TMP/build_$n.log"; cp "$TMP/build_$n.log" "$OUT/failed_build_$n.log"; echo "build $n failed"
+    tail -20 "$TMP/b_$n.log"; cp "$TMP/b_$n.log" "$OUT/failed_build_$n.log"; echo "build $n failed"
     [ "$n" = a ] && exit 1; continue
   fi
   if [ -n "$TESTS" ] && { [ "$n" != a ] || [ "$TESTS_BASE" = 1 ]; }; then

@@ -10,18 +10,15 @@ cd "$(dirname "$0")/../.."
 t0=$(date +%s)
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 OUTD=${OUT:-/tmp/s61_out}; mkdir -p "$OUTD"
-build() {  # name, source tree
-  HOPPERKIT_GIT_HASH=s61-tr-$1 cmake -S "$2" -B /tmp/bt_$1 -G Ninja -DCMAKE_BUILD_TYPE=Release -DHOPPERKIT_BUILD_PYTHON=ON \
-    -DHOPPERKIT_DECODE_TRACE=ON -DPython_EXECUTABLE="$(command -v python3)" > /tmp/cfgt_$1.log 2>&1 &&
-  cmake --build /tmp/bt_$1 --target _C -j 8 > /tmp/bldt_$1.log 2>&1 &&
-  mkdir -p /tmp/vt_$1/hopperkit && cp "$2"/python/hopperkit/*.py /tmp/vt_$1/hopperkit/ && cp /tmp/bt_$1/_C*.so /tmp/vt_$1/hopperkit/
+build() {  # name, source tree: the traced extension into /tmp/vt_<name>/hopperkit
+  HOPPERKIT_GIT_HASH=s61-tr-$1 bash scripts/build_ext.sh "$2" /tmp/bt_$1 /tmp/vt_$1 8 -DHOPPERKIT_DECODE_TRACE=ON
 }
 rm -rf /tmp/srct_s && mkdir -p /tmp/srct_s
 tar cf - --exclude=./build --exclude=./ab_variants --exclude=./.peers --exclude=./.git . | (cd /tmp/srct_s && tar xf -)
 (cd /tmp/srct_s && patch -p1 -s < docs/wip/s61-slice-trace.patch) || { echo "patch failed"; exit 1; }
 build a "$PWD" & build s /tmp/srct_s & wait
 for v in a s; do
-  ls /tmp/vt_$v/hopperkit/_C*.so > /dev/null 2>&1 || { tail -30 /tmp/cfgt_$v.log /tmp/bldt_$v.log; exit 1; }
+  ls /tmp/vt_$v/hopperkit/_C*.so > /dev/null 2>&1 || { tail -30 /tmp/bt_$v.log; exit 1; }
 done
 echo "built $(( $(date +%s) - t0 ))s"
 for v in a s; do
