@@ -3,7 +3,8 @@
 # it with a patch applied, each built on its own (the Python extension only, all builds at once), its selected
 # tests run, then the benchmark (hopperkit only) once per build and round, the builds' order rotated from round
 # to round; bench/ab_rounds.py prints each point's medians and the builds' ratios to the baseline.
-# This is the pattern of the session 59-60 device calls (docs/wip/s59_call*.sh, s60_call*.sh) as one script.
+# This is the pattern of the session 59-60 device calls (docs/wip/s59_call*.sh, s60_call*.sh, git history at
+# 69a2303) as one script.
 #
 # Usage: scripts/cross_ab.sh [--rounds N] [--tests EXPR] --patch NAME=FILE [--patch NAME=FILE]... \
 #          -- BENCH [benchmark arguments...]
