@@ -365,20 +365,22 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
   uint64_t* empty = full + C::kStages;                                               // [kStages]
   uint8_t* s_out = smem + C::kOutOffset;                      // [kConsumerWarps][kWM][kOutStride] (kStagedOut)
   __shared__ int s_last_slice;
-  // the split hand-off (C::kHandoffWarp): records {task, pieces, unused, item index u} and
-  // the tile, kHandQ deep; full: thread 0 of the consumers wrote one (1 arrival), empty: the warp copied it
+  // the split hand-off (C::kHandoffWarp): records {task, item index u} and the tile, kHandQ deep; full: thread 0
+  // of the consumers wrote one (1 arrival), empty: the warp copied it. (A task's pieces are its S slices: the
+  // warp's kernels are per-tensor, stream-K is block-wise only.)
   constexpr int kHandQ = 2;
-  __shared__ int4 s_hand[C::kHandoffWarp ? kHandQ : 1][2];
+  __shared__ int2 s_hand_rec[C::kHandoffWarp ? kHandQ : 1];
+  __shared__ int4 s_hand_tile[C::kHandoffWarp ? kHandQ : 1];
   __shared__ uint64_t s_hand_full[C::kHandoffWarp ? kHandQ : 1], s_hand_empty[C::kHandoffWarp ? kHandQ : 1];
   __shared__ int s_handed;  // the records consumer thread 0 wrote (thread 0 alone: no register across the items)
   const bool handoff = C::kHandoffWarp && a.split_handoff != 0;
   // consumer thread 0: the next record into the queue (after the warp copied the one kHandQ before it)
   // (tile: none for the end record)
-  auto push_hand = [&](int4 rec, const int4* tile) {
+  auto push_hand = [&](int2 rec, const int4* tile) {
     const int handed = s_handed, q = handed % kHandQ;
     if (handed >= kHandQ) mbar_wait_bounded(&s_hand_empty[q], ((handed / kHandQ) - 1) & 1);
-    s_hand[q][0] = rec;
-    if (tile != nullptr) s_hand[q][1] = *tile;
+    s_hand_rec[q] = rec;
+    if (tile != nullptr) s_hand_tile[q] = *tile;
     mbar_arrive(&s_hand_full[q]);  // (release, CTA scope: what the consumers stored before their barrier)
     if (tile != nullptr) s_handed = handed + 1;  // (the end record is the last)
   };
@@ -875,15 +877,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       for (int hq = 0;; ++hq) {
         const int q = hq % kHandQ;
         mbar_wait_bounded(&s_hand_full[q], (hq / kHandQ) & 1);
-        const int4 rec = s_hand[q][0], tile = s_hand[q][1];
+        const int2 rec = s_hand_rec[q];
+        const int4 tile = s_hand_tile[q];
         __syncwarp();
         if (lane == 0) mbar_arrive(&s_hand_empty[q]);  // copied: the slot may take the next record
-        const int task = rec.x, pieces = rec.y;
+        const int task = rec.x, pieces = S;
         if (task < 0) break;
         int last = 0;
         if (lane == 0) last = ptx::atom_add_acq_rel_gpu(a.split_counters + task, 1) == pieces - 1;
         last = __shfl_sync(0xffffffffu, last, 0);
-        HK_MT_ONLY(if (lane == 0 && rec.w < kMoeTraceItems) HK_MT(kMtItemArrived + rec.w);)
+        HK_MT_ONLY(if (lane == 0 && rec.y < kMoeTraceItems) HK_MT(kMtItemArrived + rec.y);)
         if (!last) continue;
         __syncwarp();  // lane 0's acquire before every lane's loads of the partials
         const float out_scale = scale_x * __ldg(a.w13_scale + tile.x);
@@ -905,7 +908,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         }
         __syncwarp();  // every lane's act codes are stored (before lane 0's release)
         if (lane == 0) {
-          HK_MT_ONLY(if (rec.w < kMoeTraceItems) HK_MT(kMtItemActDone + rec.w);)
+          HK_MT_ONLY(if (rec.y < kMoeTraceItems) HK_MT(kMtItemActDone + rec.y);)
           a.split_counters[task] = 0;  // ready for the next kernel
           if (a.tile_ready != nullptr) {
             publish_tile_ready(task, n0);
@@ -1289,7 +1292,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       // to; a CTA's last item keeps its own arrival and merge below (4 warps merge faster than the one, and nothing
       // waits on them). Both sides count on the same split counter and sum in slot order: the result is the same.
       if (handoff && item + item_stride() < items) {
-        if (tid == 0) push_hand(make_int4(task, pieces, 0, u), &tile);  // after the barrier above: every partial
+        if (tid == 0) push_hand(make_int2(task, u), &tile);  // after the barrier above: every partial
         HK_MT_ONLY(if (tid == 0 && u < kMoeTraceItems) HK_MT(kMtItemStored + u);)  // its partial handed on
         zero_acc();
         continue;
@@ -1514,7 +1517,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
     zero_acc();
   }
   // no more pieces: the hand-off warp leaves after the ones handed
-  if (handoff && tid == 0) push_hand(make_int4(-1, 0, 0, 0), nullptr);
+  if (handoff && tid == 0) push_hand(make_int2(-1, 0), nullptr);
   HK_MT_ONLY(if (tid == 0) {
     HK_MT(kMtConsumersDone);
     HK_MT_SET(kMtItems, tr_items);
