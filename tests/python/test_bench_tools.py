@@ -125,6 +125,21 @@ def test_cross_ab_script_rejects_bad_arguments(tmp_path):
     assert not out.exists()
 
 
+def test_trace_ab_script_rejects_bad_arguments(tmp_path):
+    """scripts/trace_ab.sh (decode traces of this tree and a patch) checks its arguments, relative to the caller,
+    before it builds or creates anything: exit 2 and why."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    script = root / "scripts" / "trace_ab.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    out = tmp_path / "out"
+    for args, why in {(): "usage:", ("no_such.patch",): "no patch file"}.items():
+        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin", "OUT": str(out)})
+        assert r.returncode == 2 and why in r.stdout, (args, r.stdout, r.stderr)
+    assert not out.exists()
+
+
 def test_sass_digest_waits_regions_and_top(tmp_path):
     """The stall-profile digest: a wait's samples are found on the first instruction that uses its predicate
     (other instructions may sit between), regions split by address, shares over all samples."""
