@@ -55,9 +55,8 @@ build() {  # name, source tree, build_info suffix: the extension into $TMP/v_<na
 }
 SRC=(".")
 for i in "${!PATCHES[@]}"; do
-  n=${NAMES[$((i + 1))]}; d="$TMP/src_$n"; mkdir -p "$d"
-  tar cf - --exclude=./build --exclude=./ab_variants --exclude=./.peers --exclude=./.git . | (cd "$d" && tar xf -)
-  (cd "$d" && patch -p1 -s < "${PATCHES[$i]}") || { echo "patch $n does not apply"; exit 1; }
+  n=${NAMES[$((i + 1))]}; d="$TMP/src_$n"
+  bash scripts/patched_copy.sh "$d" "${PATCHES[$i]}" || { echo "patch $n does not apply"; exit 1; }
   SRC+=("$d")
 done
 JOBS=$(( $(nproc) / ${#NAMES[@]} )); [ "$JOBS" -ge 1 ] || JOBS=1  # the builds run at once

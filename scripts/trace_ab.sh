@@ -19,10 +19,9 @@ t0=$(date +%s)
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 mkdir -p "$OUTD"
 TMP=$(mktemp -d /tmp/trace_ab.XXXXXX)
-mkdir -p "$TMP/src_p"
-tar cf - --exclude=./build --exclude=./ab_variants --exclude=./.peers --exclude=./.git . | (cd "$TMP/src_p" && tar xf -)
-(cd "$TMP/src_p" && patch -p1 -s < "$PATCH") || { echo "the patch does not apply"; exit 1; }
+bash scripts/patched_copy.sh "$TMP/src_p" "$PATCH" || exit 1
 JOBS=$(( $(nproc) / 2 )); [ "$JOBS" -ge 1 ] || JOBS=1
+source scripts/provenance.sh  # (the warning when HOPPERKIT_GIT_HASH is not set)
 H=${HOPPERKIT_GIT_HASH:-unknown}
 HOPPERKIT_GIT_HASH=$H-trace bash scripts/build_ext.sh "$PWD" "$TMP/b_a" "$TMP/v_a" $JOBS -DHOPPERKIT_DECODE_TRACE=ON &
 HOPPERKIT_GIT_HASH=$H+patch-trace bash scripts/build_ext.sh "$TMP/src_p" "$TMP/b_p" "$TMP/v_p" $JOBS \

@@ -107,29 +107,24 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// The shared::cluster address of `local` (this CTA's shared address) in the cluster's CTA of rank `cta`.
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t local, uint32_t cta) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(cta));
+  return r;
+}
 // Arrive on the barrier at `bar`'s offset in the cluster's CTA of rank `cta` (release at CTA scope, as CUTLASS's
 // ClusterBarrier::arrive: a release at cluster scope put a MEMBAR.ALL.GPU before every consumer release, session 51).
 // Used to free a ring slot that the peer's TMA refills: the formal model does not make a CTA-scope release
 // synchronise with the peer's acquire; what it orders is a write after reads that the arriving warp has already
 // completed (wgmma_wait), the assumption CUTLASS's pipelines make too.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
-  asm volatile(
-      "{\n\t.reg .b32 remote;\n\t"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}" ::"r"(smem_addr(bar)),
-      "r"(cta)
-      : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(map_to_rank(smem_addr(bar), cta)) : "memory");
 }
 
 __device__ __forceinline__ uint32_t cluster_nctarank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-// The shared::cluster address of `local` (this CTA's shared address) in the cluster's CTA of rank `cta`.
-__device__ __forceinline__ uint32_t map_to_rank(uint32_t local, uint32_t cta) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(cta));
   return r;
 }
 // 16 bytes into a peer's shared memory at `remote` (map_to_rank), their bytes counted on the peer's mbarrier at
