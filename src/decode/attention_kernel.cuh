@@ -83,7 +83,9 @@ struct ChunkInfo {
   int first_slot;  // partial slot of the pair's first piece
   int num_pieces;
   int stale;       // 1: the plan's tile count disagrees with seq_lens (output NaN)
-  int pad[2];
+  int no_wait;     // 1: no piece may wait for another piece's CTA (merge_slice): items claimed by SM (one CTA
+                   //    may run several in sequence) or a static plan (its grid may exceed the resident CTAs)
+  int pad;
 };
 
 template <bool kFp8Kv, int kMT, int kTW, bool kQFp8In = false>
@@ -164,6 +166,11 @@ struct DecodeTraits {
   static constexpr bool kHalfPartials = kFp8Kv;
   static constexpr int kMergeLoads = (kHalfPartials && kMPad <= 16 ? 32 : 16) / kMergeRows;
   static constexpr int kMergeGroup = kMergeLoads >= 16 ? 16 : hopperkit::decode::kMergeGroup;
+  // Long pairs at <= kSliceMaxRows rows merge in one level over kSliceMergers CTAs, each 1 / 16 of the rows x dims
+  // (merge_slice; the rule: slice_merge() in heuristics.h), instead of two levels in one CTA; kSliceLoads pieces
+  // per lane and round (f16: 16 x 5 registers, fp32: 8 x 9).
+  static constexpr bool kSliceMerge = kMPad <= kSliceMaxRows;
+  static constexpr int kSliceLoads = kHalfPartials ? 16 : 8;
   static constexpr int kMergeOBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
   static constexpr int kMergeMLBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * 2 * 4 : 0;
   // Fixed part: Q slots (+ their scales), merge buffers, chunk infos, barriers, flags; 1 KB alignment slack.
@@ -259,6 +266,10 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
   const int num_ctas = plan.header[kHdrNumCtas];
   const int num_pairs = plan.header[kHdrNumPairs];
   const bool by_sm = plan.header[kHdrBySm] != 0;
+  // (no piece waits for another unless every piece has its own resident CTA: by-SM plans run several items on one
+  //  CTA in turn, a static grid may exceed the resident CTAs, and the launcher checks the dynamic grid's fit)
+  const int no_wait =
+      by_sm || plan.header[kHdrMode] != static_cast<int>(PlanMode::kDynamic) || a.pieces_resident == 0 ? 1 : 0;
   const int batch = plan.header[kHdrBatch];
   const bool head_major = head_major_pairs(plan.header[kHdrMode]);  // the plan's pair order (pair_coords)
   int cta_t0 = plan.cta_tile_start[cta];
@@ -406,6 +417,7 @@ __device__ __forceinline__ void producer_warp(const CUtensorMap* tmap_k, const C
         ci.first_slot = first_slot;
         ci.num_pieces = pieces;
         ci.stale = stale;
+        if constexpr (T::kSliceMerge) ci.no_wait = no_wait;
       }
       ptx::cp_async_mbar_arrive_noinc(&bars.qfull[slot]);
       if (lane == 0) ptx::mbar_arrive(&bars.qfull[slot]);
@@ -879,6 +891,165 @@ static __device__ __noinline__ void merge_slots(const MergeArgs m, int k0, int s
     }
   }
   HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(m, kTrMergeOut + tr_i);)
+}
+
+// The merge of a long pair (more than kMergeGroup pieces, at most 16 rows) in one level over kSliceMergers CTAs.
+// A pair's output is rows x 16 units of 8 dims, contiguous in every partial slot ([rows][128]); the CTA of slice s
+// merges units s x rows .. s x rows + rows - 1 over all `count` pieces, so each piece's share is one contiguous
+// run of rows x 8 values (16 rows: one row; 8 rows: half a row). Thread t takes unit t % W (W = rows rounded up
+// to a power of two) and pieces t / W, t / W + 128 / W, ..., G at a time with every load of a round in flight: a
+// warp's load covers 32 / W pieces' runs, whole lines (the s60 form gave every lane its own piece and 8 dims, a
+// sector per lane and load: its loads took 2-3.5 us, session 61's trace). The piece lanes of a unit then combine
+// by shuffles inside the warp and across the 4 warps through `scratch` (consumer shared memory, idle at a
+// chunk's end: [4 warps][10][16] floats) in a fixed order, so the result is deterministic.
+// G x (16 B + 4 B) per lane for f16 partials, G x (32 B + 4 B) for fp32 (DecodeTraits::kSliceLoads).
+template <bool kHalf, int G>
+static __device__ __noinline__ void merge_slice(const MergeArgs m, int count, int slice, float* scratch) {
+  // trace: this CTA's first merge records at +0, later ones at +1 (as merge_slots)
+  HK_TRACE_ONLY(const int tr_i = m.trace != nullptr && m.trace[blockIdx.x * kTraceSlots + kTrMergeIn] != 0 ? 1 : 0;
+                if (threadIdx.x == 0) HK_TR(m, kTrMergeIn + tr_i);)
+  const int t = threadIdx.x;
+  const int lane = t & 31;
+  const int warp = t >> 5;
+  const int rows = m.rows;
+  int w = 1;
+  while (w < rows) w <<= 1;
+  const int j = t & (w - 1);
+  const int q = t / w;
+  const int nq = kConsumerWarps * 32 / w;
+  const bool active = j < rows;
+  const int u = slice * rows + j;  // the unit: row u / 16, dims (u % 16) x 8
+  const int r = u >> 4;
+  const uint32_t prow = static_cast<uint32_t>(m.partial_rows);
+  const uint32_t uoff = static_cast<uint32_t>(u) * 8;  // its offset inside a slot's [rows][128]
+  float mx = -INFINITY, wsum = 0.f, acc[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) acc[c] = 0.f;
+  for (int c0 = active ? q : count; c0 < count; c0 += G * nq) {
+    // kHalf: 8 f16 in one uint4 (converted at use); fp32: two float4
+    float lse[G];
+    uint4 raw[G][kHalf ? 1 : 2];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const int p = c0 + i * nq;
+      lse[i] = -INFINITY;
+#pragma unroll
+      for (int h = 0; h < (kHalf ? 1 : 2); ++h) raw[i][h] = make_uint4(0u, 0u, 0u, 0u);
+      if (p < count) {
+        const uint32_t sbase = static_cast<uint32_t>(piece_slot(m.first_slot, p)) * prow;
+        lse[i] = ptx::ld_cg_f(m.partial_lse + (sbase + static_cast<uint32_t>(r)));
+        const uint32_t e = sbase * kHeadDim + uoff;
+        if constexpr (kHalf) {
+          raw[i][0] = __ldcg(reinterpret_cast<const uint4*>(reinterpret_cast<const __half*>(m.partial_o) + e));
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) raw[i][h] = __ldcg(reinterpret_cast<const uint4*>(m.partial_o + e + 4 * h));
+        }
+      }
+    }
+    const float cm = merge_round_max<G>(mx, lse);
+    const float m_use = ref_max(cm);
+    const float keep = ptx::exp2_approx(mx - m_use);
+    wsum *= keep;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[c] *= keep;
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const float wt = ptx::exp2_approx(lse[i] - m_use);
+      float x[8];
+      if constexpr (kHalf) {
+        const float4 a = f16x4_to_f4(make_uint2(raw[i][0].x, raw[i][0].y));
+        const float4 b = f16x4_to_f4(make_uint2(raw[i][0].z, raw[i][0].w));
+        x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          x[4 * h + 0] = __uint_as_float(raw[i][h].x);
+          x[4 * h + 1] = __uint_as_float(raw[i][h].y);
+          x[4 * h + 2] = __uint_as_float(raw[i][h].z);
+          x[4 * h + 3] = __uint_as_float(raw[i][h].w);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[c] += wt * x[c];
+      wsum += wt;
+    }
+    mx = cm;
+    // (the condition reads the loaded values, so the clock is read after they returned)
+    HK_TRACE_ONLY(if (threadIdx.x == 0 && c0 == q && mx != 1.2345f) HK_TR(m, kTrMergeLoaded + tr_i);)
+  }
+  // combines (mx, wsum, acc) with another lane's or warp's (fixed order: this one's terms first)
+  auto combine = [&](float omx, float ows, const float (&oacc)[8]) {
+    const float cm = fmaxf(mx, omx);
+    const float m_use = ref_max(cm);
+    const float f0 = ptx::exp2_approx(mx - m_use);
+    const float f1 = ptx::exp2_approx(omx - m_use);
+    wsum = wsum * f0 + ows * f1;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[c] = acc[c] * f0 + oacc[c] * f1;
+    mx = cm;
+  };
+  // the warp's piece lanes of one unit (lanes j, j + w, ...): pairwise, halving the distance
+  for (int off = 16; off >= w; off >>= 1) {
+    float oacc[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) oacc[c] = __shfl_xor_sync(0xffffffffu, acc[c], off);
+    const float omx = __shfl_xor_sync(0xffffffffu, mx, off);
+    const float ows = __shfl_xor_sync(0xffffffffu, wsum, off);
+    combine(omx, ows, oacc);
+  }
+  // the 4 warps: lanes j < w of each warp hold its result; warp 0's lanes combine warps 1..3 in order
+  if (warp > 0 && lane < w) {
+    float* sw = scratch + warp * 10 * 16;
+    sw[j] = mx;
+    sw[16 + j] = wsum;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) sw[(2 + c) * 16 + j] = acc[c];
+  }
+  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+  if (warp == 0 && lane < w) {
+#pragma unroll
+    for (int k = 1; k < kConsumerWarps; ++k) {
+      const float* sw = scratch + k * 10 * 16;
+      float oacc[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) oacc[c] = sw[(2 + c) * 16 + j];
+      combine(sw[j], sw[16 + j], oacc);
+    }
+  }
+  if (t < rows) {  // warp 0's lanes j < W hold the combined units (its other lanes only warp 0's pieces)
+    const float m_use = ref_max(mx);
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int token = m.q_start + r / m.group;
+    const int head = m.head0 + r % m.group;
+    const int d0 = (u & 15) * 8;
+    const float sc = inv * m.v_scale;
+    float x[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) x[c] = m.stale ? nan_f() : acc[c] * sc;
+    uint4 packed;
+    packed.x = static_cast<uint32_t>(f2bf(x[0])) | (static_cast<uint32_t>(f2bf(x[1])) << 16);
+    packed.y = static_cast<uint32_t>(f2bf(x[2])) | (static_cast<uint32_t>(f2bf(x[3])) << 16);
+    packed.z = static_cast<uint32_t>(f2bf(x[4])) | (static_cast<uint32_t>(f2bf(x[5])) << 16);
+    packed.w = static_cast<uint32_t>(f2bf(x[6])) | (static_cast<uint32_t>(f2bf(x[7])) << 16);
+    const int64_t out_off =
+        static_cast<int64_t>(token) * m.out_stride_token + static_cast<int64_t>(head) * m.out_stride_head;
+    *reinterpret_cast<uint4*>(m.out + out_off + d0) = packed;
+    if (m.lse != nullptr && d0 == 0) {
+      const float lse2 = wsum > 0.f ? m_use + __log2f(wsum) : -INFINITY;
+      m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] = m.stale ? nan_f() : lse2 * 0.69314718055994531f;
+    }
+  }
+  HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(m, kTrMergeOut + tr_i);)
+}
+
+// Counts one more finished piece on `counter` and returns how many had finished before it (the same value in
+// every consumer thread; acquire / release as arrive_last below).
+__device__ __forceinline__ int arrive_rank(int* counter, int* flag) {
+  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+  if (threadIdx.x == 0) *flag = ptx::atom_add_acq_rel_gpu(counter, 1);
+  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+  return *flag;
 }
 
 // Counts one more finished input on `counter`; true in every consumer thread of the CTA that finished the
@@ -2322,6 +2493,30 @@ __device__ __forceinline__ void consumer_warps(const DecodeKernelArgs& a, uint8_
           merge_slots<T::kMergeRows, T::kMergeLoads, T::kHalfPartials>(
               merge_args(a, ci, v_scale), 0, 1, n, true, 0);
           if (threadIdx.x == 0) a.plan.merge_counters[ci.pair] = 0;
+        }
+      } else if (T::kSliceMerge && slice_merge(n, T::kMPad) && !ci.no_wait) {
+        // the last kSliceMergers arrivers merge a 16th of the rows x dims each; all but the last wait for the last
+        // arrival.
+        // Every merger then counts once more, and the last of those resets the counter (n + kSliceMergers).
+        int* counter = &a.plan.merge_counters[ci.pair];
+        const int slice = arrive_rank(counter, flag) - (n - kSliceMergers);
+        HK_TRACE_ONLY(tr_handshake(slice >= 0);)
+        if (slice >= 0) {
+          if (slice < kSliceMergers - 1) {
+            if (threadIdx.x == 0) ptx::wait_count_at_least(counter, n);
+            ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
+          }
+          HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(a, kTrMergeNext);)  // (sliced: the wait for the last arrival returned)
+          // (scratch: the P exchange or the token-group merge buffer, idle at a chunk's end; arrive_rank's barrier
+          //  orders it after the epilogue's use)
+          static_assert(!T::kSliceMerge || (T::kWgQk ? 2 * T::kPBufBytes : T::kMergeOBytes) >= kConsumerWarps * 10 * 16 * 4,
+                        "merge_slice's scratch: within the P buffers (kWgQk) or the token-group merge buffer");
+          float* scratch = reinterpret_cast<float*>(smem + (T::kWgQk ? L::kPxOff : L::kMergeOOff));
+          merge_slice<T::kHalfPartials, T::kSliceLoads>(merge_args(a, ci, v_scale), n, slice, scratch);
+          if (threadIdx.x == 0 && atomicAdd(counter, 1) == n + kSliceMergers - 1) {
+            *counter = 0;
+            atomicAdd(&a.plan.header[kHdrSliceMerges], 1);  // (tests: the path ran)
+          }
         }
       } else {
         const int g0 = (k / T::kMergeGroup) * T::kMergeGroup;

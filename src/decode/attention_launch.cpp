@@ -277,6 +277,11 @@ void decode_attention(const DecodeAttentionParams& p) {
   // profiling experiments; results are wrong when set
   static const int debug_flags = env_int("HOPPERKIT_DECODE_DEBUG", 0);
   a.debug_flags = debug_flags;
+  // A CTA may wait for another CTA's arrival (merge_slice) only in a dynamic plan whose grid is resident all at
+  // once under the launched variant: a plan configured for more CTAs (make_decode_plan_config_for's sm_ctas, a
+  // plan made on another GPU) keeps the two-level merges, which never wait.
+  a.pieces_resident =
+      p.plan_config.mode == PlanMode::kDynamic && p.plan_launch.grid_ctas <= variant.resident_ctas() ? 1 : 0;
 #ifdef HOPPERKIT_DECODE_TRACE
   if (g_trace == nullptr) {  // not inside a graph capture: the first call runs eagerly
     HK_CUDA_CHECK(cudaMalloc(&g_trace, sizeof(unsigned long long) * kTraceSlots * kTraceMaxCtas));

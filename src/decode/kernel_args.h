@@ -41,6 +41,8 @@ struct DecodeKernelArgs {
   int partial_rows;              // row stride of the plan's partial buffers (config.max_rows)
   int debug_flags;               // experiments only (env HOPPERKIT_DECODE_DEBUG): 1 skip MMAs, 2 skip merges (both give
                                  // wrong results); 4 by-SM plans claimed by block 0 alone (results stay correct)
+  int pieces_resident;           // 1: a dynamic plan whose grid is resident all at once under this variant, so a
+                                 // CTA may wait for another's arrival (merge_slice); set by the launcher
 #ifdef HOPPERKIT_DECODE_TRACE
   unsigned long long* trace;     // [grid, kTraceSlots] per-CTA event times (trace builds only; decode/trace.h)
 #endif

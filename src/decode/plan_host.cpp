@@ -211,6 +211,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
       config.mode == PlanMode::kDynamic && dynamic_by_sm_at(C, config.max_ctas, config.long_pair_ctas, cap) ? 1 : 0;
   v.header[kHdrClaimNext] = 0;
   v.header[kHdrClaimDone] = 0;
+  v.header[kHdrSliceMerges] = 0;
 }
 
 }  // namespace decode

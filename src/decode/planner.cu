@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(kThreads) decode_plan_kernel(const PlanKernelA
                          dynamic_by_sm_at(C, a.max_ctas, a.long_pair_ctas, cap);
     v.header[kHdrClaimNext] = 0;
     v.header[kHdrClaimDone] = 0;
+    v.header[kHdrSliceMerges] = 0;
   }
 }
 
@@ -223,9 +224,10 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   int sms = 0;
   HK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int per_sm = decode_ctas_per_sm(kv_dtype, rows, device);
-  // BF16 KV: batches of long pairs run on one CTA per SM (dynamic_cta_cap, heuristics.h). Profiling aid (not for
-  // serving): HOPPERKIT_DECODE_LONG_CTAS=0 turns that off.
-  static const bool long_rule = env_int("HOPPERKIT_DECODE_LONG_CTAS", 1) != 0;
+  // BF16 KV: HOPPERKIT_DECODE_LONG_CTAS=1 runs batches of long pairs on one CTA per SM (dynamic_cta_cap,
+  // heuristics.h), claimed by SM. Off by default since session 62: its fewer merge rounds no longer pay for the lost
+  // CTAs once long pairs merge in slices (slice_merge; docs/decode_attention.md, Measurements, session 62).
+  static const bool long_rule = env_int("HOPPERKIT_DECODE_LONG_CTAS", 0) != 0;
   const int long_ctas = long_rule && kv_dtype == DType::kBF16 && per_sm >= 2 ? sms : 0;
   DecodePlanConfig c = make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode,
                                                    sms * per_sm, long_ctas);

@@ -43,7 +43,8 @@ enum TraceEvent : int {
   kTrMergeIn = 48,      // + i: merge_slots entered (after one global read of this slot, which picks i)
   kTrMergeLoaded = 50,  // + i: its first partials' loads returned (their maximum log2-sum-exp computed)
   kTrMergeOut = 52,     // + i: its stores issued, returning
-  kTrMergeNext = 54,    // + 0: after a group merge, the arrival on the pair's group counter returned
+  kTrMergeNext = 54,    // + 0: after a group merge, the arrival on the pair's group counter returned; in the
+                        //      one-level sliced merge (merge_slice), the wait for the pair's last arrival returned
 };
 constexpr int kTrChunks = 4;
 

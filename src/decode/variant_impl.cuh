@@ -30,12 +30,17 @@
     HK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k, v, args));                                            \
     HK_CHECK_LAUNCH(#name);                                                                                 \
   }                                                                                                         \
+  int resident_##name() {                                                                                   \
+    static std::atomic<int> cache[kMaxDevices] = {};                                                        \
+    return resident_ctas(decode_attention_kernel<Traits_##name>, Traits_##name::kBlockThreads,              \
+                         Traits_##name::kSmemBytes, cache, #name);                                          \
+  }                                                                                                         \
   }                                                                                                         \
   const VariantInfo& variant_##name() {                                                                     \
     static const VariantInfo info{#name, Traits_##name::kSmemBytes, Traits_##name::kStages,                 \
                                   Traits_##name::kBlockThreads,                                             \
                                   reinterpret_cast<const void*>(&decode_attention_kernel<Traits_##name>),   \
-                                  &launch_##name};                                                          \
+                                  &launch_##name, &resident_##name};                                        \
     return info;                                                                                            \
   }                                                                                                         \
   }                                                                                                         \

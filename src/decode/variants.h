@@ -36,6 +36,7 @@ struct VariantInfo {
   const void* kernel;  // for occupancy queries
   void (*launch)(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,
                  cudaStream_t stream);
+  int (*resident_ctas)();  // CTAs resident at once on the current device (SMs x occupancy; cached per device)
 };
 
 #define HK_DECLARE_VARIANT(name, fp8, fp8q, rows, mt, tw) const VariantInfo& variant_##name();

@@ -86,6 +86,21 @@ TEST(Heuristics, MergeRounds) {
   EXPECT_EQ(merge_rounds_of_share((int64_t{1} << 34) * 264, int64_t{1} << 34), merge_rounds(264));
 }
 
+TEST(Heuristics, SliceMergeRule) {
+  // one level over the last kSliceMergers arrivals (where pieces are resident): at <= 16 rows, from 96 pieces
+  EXPECT_TRUE(slice_merge(kSliceMinPieces, kSliceMaxRows));
+  EXPECT_TRUE(slice_merge(183, 8));   // one_64k_7x4k FP8
+  EXPECT_TRUE(slice_merge(127, 8));   // skewed_extreme BF16 (134 CTAs, not claimed by SM)
+  EXPECT_TRUE(slice_merge(100000, 1));
+  EXPECT_FALSE(slice_merge(kSliceMinPieces - 1, 8));
+  EXPECT_FALSE(slice_merge(70, 8));   // two_32k_30x4k FP8: two levels (session 61: 1.015x sliced)
+  EXPECT_FALSE(slice_merge(kSliceMinPieces, kSliceMaxRows + 1));
+  EXPECT_FALSE(slice_merge(0, 0));
+  // the mergers are distinct pieces, and a slice is a whole number of 8-dim units per row
+  static_assert(kSliceMinPieces >= kSliceMergers, "");
+  static_assert(kSliceMergers == 16, "merge_slice splits rows x 16 units of 8 dims over 16 CTAs");
+}
+
 TEST(Heuristics, LongPairCapWhereItSavesMergeRounds) {
   const int r = kLongPairRuleRounds;
   // session 39's batches (BF16, 264 resident CTAs, 132 SMs; pieces of the longest pair capped / not) and what the

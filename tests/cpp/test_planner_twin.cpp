@@ -460,6 +460,10 @@ TEST(PlannerTwin, AlignedBudgets) {
       {with_long(131072, 1, 31), B16, 132, 126, 132},        // BF16 under the long-pair cap
       {with_long(65536, 1, 15), B16, 132, 124, 132},
       {with_long(65536, 1, 7), B16, 132, 132, 132},
+      // BF16 without the cap (the default since session 62): every resident CTA, aligned as FP8 (budgets of >= 4)
+      {with_long(131072, 1, 31), B16, 0, 252, 264},
+      {with_long(65536, 1, 15), B16, 0, 248, 264},
+      {std::vector<int32_t>(16, 8192), B16, 0, 256, 264},  // 16 pairs of 128 tiles: Q 16
   };
   for (size_t i = 0; i < wants.size(); ++i) {
     const Want& w = wants[i];

@@ -21,6 +21,12 @@ RUN_SEED = int(os.environ.get("HK_TEST_SEED", random.randrange(1 << 30)))
 print(f"decode GPU tests: HK_TEST_SEED={RUN_SEED}")
 
 
+def long_pair_cap_on() -> bool:
+    """The BF16 long-pair cap (dynamic_cta_cap in heuristics.h): off by default since session 62,
+    HOPPERKIT_DECODE_LONG_CTAS=1 turns it on (read once per process)."""
+    return os.environ.get("HOPPERKIT_DECODE_LONG_CTAS", "0") != "0"
+
+
 def _seed(name):
     return (RUN_SEED + zlib.crc32(name.encode())) % (1 << 31)
 
@@ -137,6 +143,68 @@ def test_fp8_kv_merge_piece_counts(q_dtype):
     assert any(9 <= n <= 16 for n in seen) and any(17 <= n <= 32 for n in seen) and any(n > 32 for n in seen), seen
 
 
+# Long pairs (>= 96 pieces, heuristics.h slice_merge) at <= 16 rows in dynamic plans not claimed by SM merge in one
+# level over 16 CTAs, a 16th of the rows x dims each (merge_slice in attention_kernel.cuh): the last 16 arrivers
+# wait for the last one. Rows 1, 3, 5, 8, 12 and 16 (W = 1, 4, 8, 8, 16, 16 lanes per piece: rows below W leave
+# lanes idle), a long pair beside short ones, and three launches of one plan: output and LSE bit for bit equal,
+# the pair counters back at zero after each, and the plan's header counting the sliced merges (the path ran).
+SLICE_CASES = [
+    ("skewed_extreme", [16384] + [64] * 15, {}),
+    ("one_64k_7x4k", [65536] + [4096] * 7, {}),
+    ("group1", [30000, 5, 3000], {"num_q_heads": 1, "num_kv_heads": 1}),
+    ("group3", [30000, 129, 64], {"num_q_heads": 3, "num_kv_heads": 1}),
+    ("group5_two_heads", [30000, 700, 65], {"num_q_heads": 10, "num_kv_heads": 2}),
+    ("qlen2_12rows", [40000, 63, 1], {"q_lens": 2, "num_q_heads": 6, "num_kv_heads": 1}),
+    ("qlen2_16rows", [40000, 64, 65, 1], {"q_lens": 2}),
+]
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8", "fp8_qfp8"])
+def test_long_pairs_merge_in_slices(kv):
+    kv_dtype, q_dtype = {"bf16": (BF16, BF16), "fp8": (FP8, BF16), "fp8_qfp8": (FP8, FP8)}[kv]
+    sliced = []
+    for name, lens, kw in SLICE_CASES:
+        case = make_case(lens, kv_dtype=kv_dtype, q_dtype=q_dtype, seed=_seed("slice_" + kv + name), **kw)
+        plan = make_plan(case)
+        arr = plan.arrays()
+        pairs = len(lens) * case.k_cache.shape[2]
+        long_pairs = int((arr["pair_num_pieces"][:pairs] >= 96).sum().item())
+        expect = long_pairs if int(arr["header"][8].item()) == 0 else 0  # (by SM: two levels)
+        if expect:
+            sliced.append(name)
+        runs = []
+        for _ in range(3):
+            out, lse = run(case, plan)
+            torch.cuda.synchronize()
+            assert int(plan.arrays()["merge_counters"].abs().sum().item()) == 0, f"{name}: counters not reset"
+            runs.append((out, lse))
+        assert int(plan.arrays()["header"][11].item()) == 3 * expect, (name, plan.arrays()["header"].cpu(), expect)
+        check(case, runs[0][0], runs[0][1], f"slices {kv}/{name} seed={RUN_SEED}")
+        for o, l in runs[1:]:
+            assert torch.equal(o.view(torch.int16), runs[0][0].view(torch.int16)), f"{name}: outputs differ"
+            assert torch.equal(l.view(torch.int32), runs[0][1].view(torch.int32)), f"{name}: LSEs differ"
+        plan.check()
+    # Every case reaches the sliced merge on a 132-SM H200 (all but one asked, for other SM counts); under the
+    # opt-in BF16 long-pair cap (HOPPERKIT_DECODE_LONG_CTAS=1, the rerun below) long batches are claimed by SM (one
+    # CTA per SM, two merge levels) and only skewed_extreme slices
+    if kv != "bf16" or not long_pair_cap_on():
+        assert len(sliced) >= len(SLICE_CASES) - 1, sliced
+    else:
+        assert "skewed_extreme" in sliced, sliced
+
+
+def test_long_pair_cap_opt_in():
+    """The BF16 long-pair cap (one CTA per SM for batches of long pairs, claimed by SM; off by default since
+    session 62, when the sliced merge made its fewer merge rounds cost more than its lost CTAs) again in a
+    subprocess with HOPPERKIT_DECODE_LONG_CTAS=1 (read once per process): the plan rule, the claims by SM and the
+    BF16 slice cases under it."""
+    if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS"):
+        pytest.skip("already inside a run with the switch set")
+    out = rerun_with_env(__file__, "(test_long_pairs_merge_in_slices and bf16) or test_long_pairs_plan or by_sm_claims",
+                         {"HK_TEST_SEED": str(RUN_SEED), "HOPPERKIT_DECODE_LONG_CTAS": "1"}, timeout=110)
+    assert " passed" in out and " failed" not in out and " skipped" not in out, out[-2000:]
+
+
 def test_fp8_static_mode():
     case = make_case([5000, 64, 65, 1], kv_dtype=FP8, seed=5)
     out, lse = run(case, make_plan(case, mode="static"))
@@ -190,8 +258,7 @@ def test_long_pairs_plan_one_cta_per_sm():
     one, or for a pair of >= 1/3 of the tiles), uniform or not; FP8 KV, BF16 batches of short pairs and the others
     keep every resident CTA. A BF16 plan of at
     most one work item per SM in a larger grid is claimed by SM (header word 8)."""
-    if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS") == "0":
-        pytest.skip("the long-pair cap is switched off (HOPPERKIT_DECODE_LONG_CTAS=0)")
+    capped = long_pair_cap_on()  # (off by default: then every case keeps all resident CTAs)
     rounds = os.environ.get("HOPPERKIT_DECODE_LONG_RULE", "1") != "0"  # else session 37's rule
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     long_lens = [131072] + [4096] * 31          # 126 tiles per pair
@@ -208,6 +275,7 @@ def test_long_pairs_plan_one_cta_per_sm():
         plan.update(seq, block_size=64, max_blocks_per_seq=2048)
         hdr = plan.arrays()["header"].cpu()
         C = int(hdr[0])
+        expect = expect if capped else "all"
         want = sms if expect == "sms" else plan.sm_ctas
         # aligned budgets (heuristics.h, dynamic_aligned_ctas: window C / 8) may take fewer CTAs, each of which
         # then starts a pair (the long batch here: 4032 tiles, 126 CTAs of 32 or 252 of 16)
@@ -246,7 +314,8 @@ def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
     plan = make_plan(case)
     hdr = plan.arrays()["header"]
     if plan._base_cfg[12] == 0 or int(hdr[0].item()) >= plan.sm_ctas:
-        pytest.skip("no claims by SM in this configuration (one attention CTA per SM, or the cap switched off)")
+        pytest.skip("no claims by SM in this configuration (one attention CTA per SM, or the long-pair cap off: the "
+                    "default; test_long_pair_cap_opt_in runs this with it on)")
     assert int(hdr[8].item()) == 1, hdr.cpu()
     outs = []
     for _ in range(3):
@@ -264,8 +333,10 @@ def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
 
 def test_by_sm_one_claimer_runs_every_item():
     """The by-SM tests again in a subprocess with HOPPERKIT_DECODE_DEBUG=4: only block 0 claims, so one CTA runs
-    all of a plan's items in sequence (read once per process, hence the subprocess)."""
-    out = rerun_with_env(__file__, "by_sm_claims", {"HOPPERKIT_DECODE_DEBUG": "4", "HK_TEST_SEED": str(RUN_SEED)})
+    all of a plan's items in sequence (read once per process, hence the subprocess), under the opt-in long-pair
+    cap (HOPPERKIT_DECODE_LONG_CTAS=1: without it no plan is claimed by SM)."""
+    out = rerun_with_env(__file__, "by_sm_claims", {"HOPPERKIT_DECODE_DEBUG": "4", "HK_TEST_SEED": str(RUN_SEED),
+                                                    "HOPPERKIT_DECODE_LONG_CTAS": "1"})
     if "3 skipped" in out:
         pytest.skip("no plan is claimed by SM on this GPU (one attention CTA per SM)")
     assert "3 passed" in out, out[-2000:]

@@ -43,6 +43,25 @@ constexpr int kMaxStaticSplits = 64;
 // partials.
 constexpr int kMergeGroup = 8;
 
+// Long pairs merge in one level over their last kSliceMergers arrivers instead of two (merge_slice in
+// src/decode/attention_kernel.cuh): each merger takes a 16th of the pair's rows x dims over all its pieces, and
+// all but the last arrival wait for it. Only where every piece runs on its own resident CTA (ChunkInfo::no_wait
+// = 0: a dynamic plan not claimed by SM; by-SM plans run several items on one CTA in turn and a static grid may exceed
+// the resident CTAs, so a wait there could deadlock), at most kSliceMaxRows query rows (the 16-row variants), and
+// from kSliceMinPieces pieces. Measured on an H200 (session 61 calls 3-4, against two levels): from 16 pieces,
+// skewed_extreme BF16 0.910x (127 pieces), one_64k_7x4k FP8 0.973x (183), but two_32k_30x4k FP8 1.015x (~70 per
+// long pair, whose merges do not end the launch there); from 96: 0.912x / 0.972x, geomean 0.995 over 18 points.
+// Session 62 (calls 1 and 4, the mended form): geomean 1.001-1.002 with the BF16 long-pair cap (which keeps BF16's
+// long batches on two levels), 0.993 with it off (BF16 one_64k_7x4k 0.950x, skewed_extreme 0.935x; uniform_512
+// 1.022x from the 16-row kernels' new schedule), hence the cap off by default.
+constexpr int kSliceMergers = 16;
+constexpr int kSliceMinPieces = 96;
+constexpr int kSliceMaxRows = 16;
+static_assert(kSliceMinPieces >= kSliceMergers, "the mergers are the last kSliceMergers arrivals of distinct pieces");
+// Whether a split pair of `pieces` pieces and `rows` query rows (q_len x group, or the variant's padded rows)
+// merges in slices where its pieces are resident (the kernel tests that flag after this rule).
+HK_HD bool slice_merge(int pieces, int rows) { return pieces >= kSliceMinPieces && rows <= kSliceMaxRows; }
+
 enum class PlanMode : int32_t { kDynamic = 0, kStatic = 1 };
 
 // Pair order. A pair is (request b, KV head h). Dynamic plans number them KV head major, p = h x batch + b, and
@@ -155,8 +174,9 @@ HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32
 }
 
 // Dynamic mode: the CTA cap for a batch of `num_pairs` pairs holding `total_tiles` tiles: `long_pair_ctas` when
-// that is set (> 0), the pairs average >= kLongPairTiles tiles and, by `rule`: (kLongPairRuleRounds) the longest
-// pair (`max_pair_tiles`) merges in fewer rounds at its share of long_pair_ctas than of max_ctas CTAs (its pieces
+// that is set (> 0; since session 62 the planner sets it, for BF16 KV, only under HOPPERKIT_DECODE_LONG_CTAS=1),
+// the pairs average >= kLongPairTiles tiles and, by `rule`: (kLongPairRuleRounds) the longest pair
+// (`max_pair_tiles`) merges in fewer rounds at its share of long_pair_ctas than of max_ctas CTAs (its pieces
 // estimated as max_pair_tiles x CTAs / total_tiles, rounded down: aligned budgets take up to C / 8 fewer CTAs),
 // in one round or holding >= 1 / kLongPairDominantDiv of the tiles; (kLongPairRuleUniform) they are not a
 // uniform batch of at least kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs). Else `max_ctas`.

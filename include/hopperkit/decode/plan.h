@@ -45,6 +45,7 @@ enum PlanHeader : int {
   kHdrBySm = 8,        // 1: the attention CTAs claim the plan's work items by SM (one claiming CTA per SM)
   kHdrClaimNext = 9,   // by SM: next unclaimed work item (reset by the launch's last CTA and by the planner)
   kHdrClaimDone = 10,  // by SM: CTAs of the launch that finished
+  kHdrSliceMerges = 11,  // pairs merged in slices (merge_slice) by the launches since the plan's update (tests)
   kPlanHeaderInts = 16,
 };
 
