@@ -22,9 +22,12 @@ print(f"decode GPU tests: HK_TEST_SEED={RUN_SEED}")
 
 
 def long_pair_cap_on() -> bool:
-    """The BF16 long-pair cap (dynamic_cta_cap in heuristics.h): off by default since session 62,
-    HOPPERKIT_DECODE_LONG_CTAS=1 turns it on (read once per process)."""
-    return os.environ.get("HOPPERKIT_DECODE_LONG_CTAS", "0") != "0"
+    """The BF16 long-pair cap (dynamic_cta_cap in heuristics.h): off by default since session 62, a nonzero
+    integer in HOPPERKIT_DECODE_LONG_CTAS turns it on (read once per process; parsed as the library's env_int)."""
+    try:
+        return int(os.environ.get("HOPPERKIT_DECODE_LONG_CTAS", "0")) != 0
+    except ValueError:
+        return False
 
 
 def _seed(name):
@@ -193,16 +196,20 @@ def test_long_pairs_merge_in_slices(kv):
         assert "skewed_extreme" in sliced, sliced
 
 
+OPT_IN_TESTS = 6  # the slice test's BF16 case, the plan rule, 3 by-SM claims, the twin comparison
+
+
 def test_long_pair_cap_opt_in():
     """The BF16 long-pair cap (one CTA per SM for batches of long pairs, claimed by SM; off by default since
     session 62, when the sliced merge made its fewer merge rounds cost more than its lost CTAs) again in a
-    subprocess with HOPPERKIT_DECODE_LONG_CTAS=1 (read once per process): the plan rule, the claims by SM and the
-    BF16 slice cases under it."""
-    if os.environ.get("HOPPERKIT_DECODE_LONG_CTAS"):
-        pytest.skip("already inside a run with the switch set")
-    out = rerun_with_env(__file__, "(test_long_pairs_merge_in_slices and bf16) or test_long_pairs_plan or by_sm_claims",
+    subprocess with HOPPERKIT_DECODE_LONG_CTAS=1 (read once per process): the plan rule, the device planner's
+    capped plans against its CPU twin, the claims by SM and the BF16 slice cases under it."""
+    if long_pair_cap_on():
+        pytest.skip("already inside a run with the cap on")
+    out = rerun_with_env(__file__, "(test_long_pairs_merge_in_slices and bf16) or test_long_pairs_plan or by_sm_claims"
+                         " or test_plan_matches_cpu_twin",
                          {"HK_TEST_SEED": str(RUN_SEED), "HOPPERKIT_DECODE_LONG_CTAS": "1"}, timeout=110)
-    assert " passed" in out and " failed" not in out and " skipped" not in out, out[-2000:]
+    assert f"{OPT_IN_TESTS} passed" in out and " failed" not in out and " skipped" not in out, out[-2000:]
 
 
 def test_fp8_static_mode():
@@ -252,8 +259,9 @@ def test_plan_matches_cpu_twin():
 
 
 def test_long_pairs_plan_one_cta_per_sm():
-    """BF16 KV: a batch whose pairs average >= 48 tiles is spread over one CTA per SM (dynamic_cta_cap in
-    heuristics.h) unless it is a uniform batch (every non-empty pair the same length in tiles) of at least 32
+    """Under the opt-in long-pair cap (HOPPERKIT_DECODE_LONG_CTAS=1; off by default since session 62, when every
+    case keeps all resident CTAs): BF16 KV, a batch whose pairs average >= 48 tiles is spread over one CTA per SM
+    (dynamic_cta_cap in heuristics.h) unless it is a uniform batch (every non-empty pair the same length in tiles) of at least 32
     pairs -- since session 39 (kLongPairRuleRounds): where that takes the longest pair's merge to fewer rounds (to
     one, or for a pair of >= 1/3 of the tiles), uniform or not; FP8 KV, BF16 batches of short pairs and the others
     keep every resident CTA. A BF16 plan of at
@@ -305,7 +313,8 @@ def test_plan_switches(switch, value):
 
 @pytest.mark.parametrize("kind", ["mixed", "one_long", "tile_edges"])
 def test_by_sm_claims_are_correct_deterministic_and_reset(kind):
-    """Plans claimed by SM (BF16 batches of long pairs, capped at one work item per SM): the output matches the
+    """Plans claimed by SM (BF16 batches of long pairs under the opt-in long-pair cap, one work item per SM; run by
+    test_long_pair_cap_opt_in): the output matches the
     reference, three launches with one plan agree bit for bit, and every launch leaves the claim counters at
     zero for the next."""
     lens = {"mixed": [20000] + [1500] * 7, "one_long": [65537],

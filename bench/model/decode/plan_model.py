@@ -1,13 +1,13 @@
 """Python model of hopperkit's dynamic decode plan (src/decode/plan_host.cpp + heuristics.h) and of the
 alternatives (a)-(d). BF16, 8 q heads / 1 KV head, block 64, 132 SMs x 2 CTAs/SM = 264 resident CTAs,
-long-pair cap 132 (BF16, per_sm >= 2)."""
+long-pair cap 132 (BF16, per_sm >= 2; opt-in since session 62: HOPPERKIT_DECODE_LONG_CTAS=1)."""
 import json
 from dataclasses import dataclass, field
 
 TILE = 64
 SMS = 132
 MAX_CTAS = 264           # SMs x occupancy (2 per SM for the 16-row BF16 variant, docs)
-LONG_PAIR_CTAS = 132     # planner.cu: BF16 and per_sm >= 2 -> sms
+LONG_PAIR_CTAS = 132     # planner.cu: BF16, per_sm >= 2 and HOPPERKIT_DECODE_LONG_CTAS=1 -> sms
 K_LONG_PAIR_TILES = 48
 MIN_TILES = 4
 MAX_CHUNKS = 3

@@ -115,8 +115,9 @@ HK_HD int dynamic_num_ctas(int64_t total_tiles, int max_ctas, int min_tiles = kM
   return by_work < 1 ? 1 : by_work;
 }
 
-// Dynamic mode, BF16 KV: when the pairs average at least this many tiles, the plan spreads them over one CTA
-// per SM instead of every resident CTA (config.long_pair_ctas). Long pairs keep a CTA's pipeline streaming, so
+// Dynamic mode, BF16 KV, under the opt-in long-pair cap (HOPPERKIT_DECODE_LONG_CTAS=1 since session 62): when the
+// pairs average at least this many tiles, the plan spreads them over one CTA per SM instead of every resident CTA
+// (config.long_pair_ctas). Long pairs keep a CTA's pipeline streaming, so
 // the second CTA per SM buys little latency hiding, while halving the CTAs halves the pieces of every split
 // pair and the partials merged at the end. Short pairs lose: each CTA then walks twice as many chunks one
 // after another. Measured on an H200 (session 8, same build, 1 vs 2 CTAs per SM): BF16 0.88-0.97x the time on
