@@ -226,9 +226,10 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   const int per_sm = decode_ctas_per_sm(kv_dtype, rows, device);
   // BF16 KV: HOPPERKIT_DECODE_LONG_CTAS=1 runs batches of long pairs on one CTA per SM (dynamic_cta_cap,
   // heuristics.h), claimed by SM. Off by default since session 62: its fewer merge rounds no longer pay for the lost
-  // CTAs once long pairs merge in slices (slice_merge; docs/decode_attention.md, Measurements, session 62).
-  static const bool long_rule = env_int("HOPPERKIT_DECODE_LONG_CTAS", 0) != 0;
-  const int long_ctas = long_rule && kv_dtype == DType::kBF16 && per_sm >= 2 ? sms : 0;
+  // CTAs once long pairs merge in slices (long_pair_cta_count, slice_merge; docs/decode_attention.md, Measurements,
+  // session 62).
+  static const int long_switch = env_int("HOPPERKIT_DECODE_LONG_CTAS", kLongPairCapDefault);
+  const int long_ctas = long_pair_cta_count(long_switch, kv_dtype == DType::kBF16, per_sm, sms);
   DecodePlanConfig c = make_decode_plan_config_for(max_batch, num_q_heads, num_kv_heads, kv_dtype, max_q_len, mode,
                                                    sms * per_sm, long_ctas);
   // Profiling aid (not for serving): HOPPERKIT_DECODE_LONG_RULE=0 applies the long-pair cap by session 37's rule

@@ -101,6 +101,15 @@ TEST(Heuristics, SliceMergeRule) {
   static_assert(kSliceMergers == 16, "merge_slice splits rows x 16 units of 8 dims over 16 CTAs");
 }
 
+TEST(Heuristics, LongPairCapIsOptIn) {
+  // the default (session 62): no cap; the switch on: one CTA per SM for BF16 where two or more fit
+  EXPECT_EQ(long_pair_cta_count(kLongPairCapDefault, true, 2, 132), 0);
+  EXPECT_EQ(long_pair_cta_count(1, true, 2, 132), 132);
+  EXPECT_EQ(long_pair_cta_count(7, true, 3, 114), 114);
+  EXPECT_EQ(long_pair_cta_count(1, true, 1, 132), 0);   // one CTA per SM already
+  EXPECT_EQ(long_pair_cta_count(1, false, 2, 132), 0);  // FP8 KV: never
+}
+
 TEST(Heuristics, LongPairCapWhereItSavesMergeRounds) {
   const int r = kLongPairRuleRounds;
   // session 39's batches (BF16, 264 resident CTAs, 132 SMs; pieces of the longest pair capped / not) and what the

@@ -181,6 +181,15 @@ HK_HD bool dynamic_uniform_pairs(uint32_t tiles_or, uint32_t min_nonzero, uint32
 // estimated as max_pair_tiles x CTAs / total_tiles, rounded down: aligned budgets take up to C / 8 fewer CTAs),
 // in one round or holding >= 1 / kLongPairDominantDiv of the tiles; (kLongPairRuleUniform) they are not a
 // uniform batch of at least kUniformMinPairs pairs (`uniform`: dynamic_uniform_pairs). Else `max_ctas`.
+// The long-pair cap's CTA count (DecodePlanConfig::long_pair_ctas) for a device of `sms` SMs running `per_sm`
+// attention CTAs each: one per SM for BF16 KV where two or more fit, only when `switch_value` (the planner's
+// HOPPERKIT_DECODE_LONG_CTAS, default kLongPairCapDefault) is nonzero; else 0 (no cap). Off by default since
+// session 62 (the sliced merge; docs/decode_attention.md, Measurements, session 62).
+constexpr int kLongPairCapDefault = 0;
+HK_HD int long_pair_cta_count(int switch_value, bool bf16_kv, int per_sm, int sms) {
+  return switch_value != 0 && bf16_kv && per_sm >= 2 ? sms : 0;
+}
+
 HK_HD int dynamic_cta_cap(int64_t total_tiles, int num_pairs, int max_ctas, int long_pair_ctas, bool uniform,
                           int64_t max_pair_tiles, int rule) {
   if (long_pair_ctas <= 0 || long_pair_ctas >= max_ctas || num_pairs <= 0 ||
