@@ -19,7 +19,7 @@
 //    Session 60's numbers (ab_session60.json call 1) came from an earlier form (commit cc58a94) that timed the
 //    global path from the last arriver's own barrier exit (not the group's first: it left the other pieces' skew
 //    out of the global figures only), ran 33 KB CTAs (several of a cluster could share an SM) and did not check
-//    the sums; this form has not run yet.
+//    the sums; this form ran in session 61 (ab_session61.json call 1).
 //
 // Build: nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc bench/micro/cluster_merge.cu
 //        src/common/tensor_map.cpp src/common/error.cpp -o cluster_merge
@@ -38,6 +38,30 @@ namespace {
 
 namespace ptx = hopperkit::ptx;
 using micro::place_kernel;
+
+// The cluster primitives only this benchmark uses (the library's are in common/ptx.cuh).
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+// 16 bytes into a peer's shared memory at `remote` (map_to_rank), their bytes counted on the peer's mbarrier at
+// `remote_bar` (complete_tx): no fence, the peer's phase wait makes them visible.
+__device__ __forceinline__ void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   remote),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+               : "memory");
+}
+// `bytes` (a multiple of 16) of this CTA's shared memory at `src` into a peer's at `remote`, counted on the peer's
+// mbarrier at `remote_bar`; the writes to `src` must be ordered before it by fence.proxy.async.shared::cta.
+__device__ __forceinline__ void bulk_copy_to_rank(uint32_t remote, const void* src, uint32_t bytes,
+                                                  uint32_t remote_bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   remote),
+               "r"(ptx::smem_addr(src)), "r"(bytes), "r"(remote_bar)
+               : "memory");
+}
 
 constexpr int kThreads = 160;      // as the decode kernel: 4 consumer warps + the producer warp
 constexpr int kPushThreads = 128;  // the consumer warps hold the piece: 16 B each
@@ -74,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1) handoff_kernel(uint8_t* partials,
   uint8_t* own = slots + (kMaxCluster - 1) * kSlotBytes;          // bulk: the pusher's staged piece
   __shared__ int is_last;
   const uint32_t rank = ptx::cluster_ctarank();
-  const uint32_t n = ptx::cluster_nctarank();
+  const uint32_t n = cluster_nctarank();
   const int cluster = blockIdx.x / n;
   const int t = threadIdx.x;
   if (t == 0) {
@@ -114,14 +138,14 @@ __global__ void __launch_bounds__(kThreads, 1) handoff_kernel(uint8_t* partials,
       if (rank != 0) {
         const uint32_t dst = ptx::map_to_rank(ptx::smem_addr(slots + (rank - 1) * kSlotBytes), 0);
         if constexpr (kMethod == 1) {
-          if (t < kPushThreads) ptx::st_async_v4(dst + t * 16, mine, remote_bar);
-          if (t < 2) ptx::st_async_v4(dst + kPieceBytes + t * 16, mine, remote_bar);
+          if (t < kPushThreads) st_async_v4(dst + t * 16, mine, remote_bar);
+          if (t < 2) st_async_v4(dst + kPieceBytes + t * 16, mine, remote_bar);
         } else {
           if (t < kPushThreads) *reinterpret_cast<uint4*>(own + t * 16) = mine;
           if (t < 2) *reinterpret_cast<uint4*>(own + kPieceBytes + t * 16) = mine;
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
           __syncthreads();
-          if (t == 0) ptx::bulk_copy_to_rank(dst, own, kSlotBytes, remote_bar);
+          if (t == 0) bulk_copy_to_rank(dst, own, kSlotBytes, remote_bar);
         }
       } else {
         merged = true;

@@ -122,29 +122,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta)
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(map_to_rank(smem_addr(bar), cta)) : "memory");
 }
 
-__device__ __forceinline__ uint32_t cluster_nctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-// 16 bytes into a peer's shared memory at `remote` (map_to_rank), their bytes counted on the peer's mbarrier at
-// `remote_bar` (complete_tx): no fence, the peer's phase wait makes them visible (bench/micro/cluster_merge.cu).
-__device__ __forceinline__ void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                   remote),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-               : "memory");
-}
-// `bytes` (a multiple of 16) of this CTA's shared memory at `src` into a peer's at `remote`, counted on the peer's
-// mbarrier at `remote_bar`; the writes to `src` must be ordered before it by fence.proxy.async.shared::cta.
-__device__ __forceinline__ void bulk_copy_to_rank(uint32_t remote, const void* src, uint32_t bytes,
-                                                  uint32_t remote_bar) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   remote),
-               "r"(smem_addr(src)), "r"(bytes), "r"(remote_bar)
-               : "memory");
-}
-
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
