@@ -57,8 +57,8 @@ TensorDesc desc(const Array& a, std::optional<DType> as = std::nullopt) {
 // Plan config and launch travel through the torch op as one int list:
 // [max_batch, num_q_heads, num_kv_heads, max_q_len, kv_dtype, mode, max_ctas, sm_ctas,
 //  grid_ctas, static_splits, batch, block_size, long_pair_ctas, max_chunks_per_cta, min_tiles_per_cta,
-//  align_window_div, long_pair_rule]
-constexpr size_t kCfgInts = 17;
+//  align_window_div, long_pair_rule, slice_free]
+constexpr size_t kCfgInts = 18;
 
 decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodePlanLaunch* launch = nullptr) {
   HK_CHECK(kShape, v.size() == kCfgInts, "plan_cfg", std::to_string(kCfgInts) + " integers", v.size());
@@ -91,6 +91,7 @@ decode::DecodePlanConfig cfg_from(const std::vector<int64_t>& v, decode::DecodeP
     launch->static_splits = static_cast<int>(v[9]);
     launch->batch = static_cast<int>(v[10]);
     launch->block_size = static_cast<int>(v[11]);
+    launch->slice_free = v[17] != 0 ? 1 : 0;
   }
   return c;
 }
@@ -99,7 +100,7 @@ std::vector<int64_t> cfg_to(const decode::DecodePlanConfig& c, const decode::Dec
   return {c.max_batch, c.num_q_heads, c.num_kv_heads, c.max_q_len, static_cast<int64_t>(c.kv_dtype),
           static_cast<int64_t>(c.mode), c.max_ctas, c.sm_ctas, l.grid_ctas, l.static_splits, l.batch,
           l.block_size, c.long_pair_ctas, c.max_chunks_per_cta, c.min_tiles_per_cta, c.align_window_div,
-          c.long_pair_rule};
+          c.long_pair_rule, l.slice_free};
 }
 
 DType dtype_from_code(int64_t code, const char* arg) {
@@ -203,6 +204,7 @@ std::vector<int64_t> plan_update(const std::vector<int64_t>& cfg, const Array& w
 std::vector<int64_t> plan_launch_info(const std::vector<int64_t>& cfg, int batch, int block_size, int max_seq_len) {
   const decode::DecodePlanConfig c = cfg_from(cfg);
   HK_CHECK(kValue, batch >= 0 && batch <= c.max_batch, "seq_lens", "batch 0.." + std::to_string(c.max_batch), batch);
+  HK_CHECK(kValue, max_seq_len >= 0, "max_seq_len", ">= 0", max_seq_len);  // (before the plan's cfg changes)
   return cfg_to(c, decode::decode_plan_launch_info(c, batch, block_size, max_seq_len));
 }
 

@@ -88,7 +88,9 @@ struct ChunkInfo {
   int pad;
 };
 
-template <bool kFp8Kv, int kMT, int kTW, bool kQFp8In = false>
+// kSliceIn = false: the kernel without the sliced merge (launched where no pair can reach kSliceMinPieces pieces,
+// slice_free_launch in heuristics.h; it then gives the same output as the kernel with it).
+template <bool kFp8Kv, int kMT, int kTW, bool kQFp8In = false, bool kSliceIn = true>
 struct DecodeTraits {
   static constexpr bool kFp8 = kFp8Kv;
   static constexpr bool kQFp8 = kQFp8In;  // launched only for an fp8 query
@@ -169,7 +171,7 @@ struct DecodeTraits {
   // Long pairs at <= kSliceMaxRows rows merge in one level over kSliceMergers CTAs, each 1 / 16 of the rows x dims
   // (merge_slice; the rule: slice_merge() in heuristics.h), instead of two levels in one CTA; kSliceLoads pieces
   // per lane and round (f16: 16 x 5 registers, fp32: 8 x 9).
-  static constexpr bool kSliceMerge = kMPad <= kSliceMaxRows;
+  static constexpr bool kSliceMerge = kSliceIn && kMPad <= kSliceMaxRows;
   static constexpr int kSliceLoads = kHalfPartials ? 16 : 8;
   static constexpr int kMergeOBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * (kHeadDim + 4) * 4 : 0;
   static constexpr int kMergeMLBytes = (kTW > 1 && !kWgQk) ? kConsumerWarps * 16 * 2 * 4 : 0;

@@ -40,12 +40,13 @@ namespace decode {
 
 namespace {
 
-// q_fp8: the query is fp8 (FP8 KV at 16, 32 and 64 rows then has variants of its own: fp8q_r16, fp8q_r32, fp8q_r64)
-const VariantInfo& select_variant(DType kv_dtype, int rows, bool q_fp8 = false) {
+// q_fp8: the query is fp8 (FP8 KV at 16, 32 and 64 rows then has variants of its own: fp8q_r16, fp8q_r32, fp8q_r64);
+// slices = false: the 16-row variants without the sliced merge (DecodePlanLaunch::slice_free)
+const VariantInfo& select_variant(DType kv_dtype, int rows, bool q_fp8 = false, bool slices = true) {
   const int bucket = rows_bucket(rows);
   if (kv_dtype == DType::kBF16) {
     switch (bucket) {
-      case 16: return variant_bf16_r16();
+      case 16: return slices ? variant_bf16_r16() : variant_bf16_r16_ns();
       case 32: return variant_bf16_r32();
       case 64: return variant_bf16_r64();
       case 128: return variant_bf16_r128();
@@ -53,7 +54,9 @@ const VariantInfo& select_variant(DType kv_dtype, int rows, bool q_fp8 = false) 
     }
   } else if (kv_dtype == DType::kFP8E4M3) {
     switch (bucket) {
-      case 16: return q_fp8 ? variant_fp8q_r16() : variant_fp8_r16();
+      case 16:
+        if (q_fp8) return slices ? variant_fp8q_r16() : variant_fp8q_r16_ns();
+        return slices ? variant_fp8_r16() : variant_fp8_r16_ns();
       case 32: return q_fp8 ? variant_fp8q_r32() : variant_fp8_r32();
       case 64: return q_fp8 ? variant_fp8q_r64() : variant_fp8_r64();
       case 128: return variant_fp8_r128();
@@ -213,22 +216,24 @@ void validate_decode_attention(const DecodeAttentionParams& p) {
 }
 
 int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
-  // The plan does not know the query's dtype: its CTAs must be resident under either variant that may run
-  // (FP8 KV at 16 / 32 / 64 rows: fp8_r* for a bf16 query, fp8q_r* for an fp8 one), so the
-  // smaller occupancy counts.
-  const VariantInfo& v = select_variant(kv_dtype, rows, false);
-  const VariantInfo& vq = select_variant(kv_dtype, rows, true);
+  // The plan does not know the query's dtype, nor whether the launch takes the kernels without the sliced merge
+  // (16 rows, DecodePlanLaunch::slice_free): its CTAs must be resident under any variant that may run (FP8 KV at
+  // 16 / 32 / 64 rows: fp8_r* for a bf16 query, fp8q_r* for an fp8 one; the _ns twins at 16), so the smallest
+  // occupancy counts.
+  const VariantInfo* vs[4] = {&select_variant(kv_dtype, rows, false), &select_variant(kv_dtype, rows, true),
+                              &select_variant(kv_dtype, rows, false, false),
+                              &select_variant(kv_dtype, rows, true, false)};
   int prev = 0;
   HK_CUDA_CHECK(cudaGetDevice(&prev));
   if (prev != device) HK_CUDA_CHECK(cudaSetDevice(device));
   int blocks = 0;
   cudaError_t e = cudaSuccess;
-  for (const VariantInfo* x : {&v, &vq}) {
+  for (const VariantInfo* x : vs) {
     e = cudaFuncSetAttribute(x->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, x->smem_bytes);
     int b = 0;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, x->kernel, x->threads, x->smem_bytes);
     if (e != cudaSuccess) break;
-    blocks = x == &v ? b : std::min(blocks, b);
+    blocks = x == vs[0] ? b : std::min(blocks, b);
   }
   if (prev != device) HK_CUDA_CHECK(cudaSetDevice(prev));
   HK_CUDA_CHECK(e);
@@ -242,7 +247,8 @@ int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
 void decode_attention(const DecodeAttentionParams& p) {
   validate_decode_attention(p);
   const int group = p.num_q_heads / p.num_kv_heads;
-  const VariantInfo& variant = select_variant(p.kv_dtype, p.max_q_len * group, p.q_dtype == DType::kFP8E4M3);
+  const VariantInfo& variant = select_variant(p.kv_dtype, p.max_q_len * group, p.q_dtype == DType::kFP8E4M3,
+                                              p.plan_launch.slice_free == 0);
   if (p.batch == 0 || p.num_tokens == 0 || p.plan_launch.grid_ctas == 0) return;
 
   DecodeKernelArgs a{};

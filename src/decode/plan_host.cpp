@@ -113,6 +113,7 @@ DecodePlanLaunch decode_plan_launch_info(const DecodePlanConfig& config, int bat
     launch.grid_ctas = batch * config.num_kv_heads * launch.static_splits;
   } else {
     launch.grid_ctas = config.max_ctas;
+    launch.slice_free = slice_free_launch(max_seq_len) ? 1 : 0;
   }
   return launch;
 }

@@ -277,7 +277,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            std::to_string(layout.total_bytes) + " bytes", std::to_string(pp.workspace_bytes) + " bytes");
   HK_CHECK(kAlignment, reinterpret_cast<uintptr_t>(pp.workspace) % 256 == 0, "workspace",
            "a 256-byte aligned pointer", reinterpret_cast<uintptr_t>(pp.workspace) % 256);
-  if (c.mode == PlanMode::kStatic) HK_CHECK(kValue, pp.max_seq_len >= 0, "max_seq_len", ">= 0", pp.max_seq_len);
+  HK_CHECK(kValue, pp.max_seq_len >= 0, "max_seq_len", ">= 0", pp.max_seq_len);
   const DecodePlanLaunch launch = decode_plan_launch_info(c, pp.batch, pp.block_size, pp.max_seq_len);
   PlanKernelArgs a;
   a.plan = decode_plan_view(c, pp.workspace);

@@ -6,11 +6,11 @@
 #include "decode/variants.h"
 #include "hopperkit/error.h"
 
-#define HK_DEFINE_DECODE_VARIANT(name, fp8, fp8q, rows, mt, tw)                                               \
+#define HK_DEFINE_DECODE_VARIANT(name, fp8, fp8q, rows, mt, tw, sl)                                           \
   namespace hopperkit {                                                                                     \
   namespace decode {                                                                                        \
   namespace {                                                                                               \
-  using Traits_##name = DecodeTraits<fp8, mt, tw, fp8q>;                                                    \
+  using Traits_##name = DecodeTraits<fp8, mt, tw, fp8q, sl>;                                                \
   static_assert(Traits_##name::kMPad == rows, "variant rows");                                             \
   void launch_##name(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,     \
                      cudaStream_t stream) {                                                                 \

@@ -101,6 +101,21 @@ TEST(Heuristics, SliceMergeRule) {
   static_assert(kSliceMergers == 16, "merge_slice splits rows x 16 units of 8 dims over 16 CTAs");
 }
 
+TEST(Heuristics, SliceFreeLaunchOnlyWhereNoPairCanSlice) {
+  // a caller's bound on the lengths: below kSliceMinPieces tiles no pair has that many pieces (>= 1 tile each)
+  EXPECT_TRUE(slice_free_launch(1));
+  EXPECT_TRUE(slice_free_launch(512));                                    // uniform_512
+  EXPECT_TRUE(slice_free_launch(4096));                                   // uniform_4096, skewed_mix
+  EXPECT_TRUE(slice_free_launch((kSliceMinPieces - 1) * kTileTokens));    // 4544: 71 tiles
+  EXPECT_FALSE(slice_free_launch((kSliceMinPieces - 1) * kTileTokens + 1));  // 72 tiles: may slice
+  EXPECT_FALSE(slice_free_launch(16384));                                 // skewed_extreme
+  EXPECT_FALSE(slice_free_launch(0));                                     // no bound given
+  EXPECT_FALSE(slice_free_launch(-5));
+  for (int len = 1; len <= 20000; len += 37) {  // the rule against the pieces it bounds
+    if (slice_free_launch(len)) EXPECT_FALSE(slice_merge(num_tiles(len), 1)) << len;
+  }
+}
+
 TEST(Heuristics, LongPairCapIsOptIn) {
   // the default (session 62): no cap; the switch on: one CTA per SM for BF16 where two or more fit
   EXPECT_EQ(long_pair_cta_count(kLongPairCapDefault, true, 2, 132), 0);

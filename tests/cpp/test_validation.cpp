@@ -159,6 +159,9 @@ TEST(Validation, PlannerRejectsBeforeLaunch) {
   pp.config.max_chunks_per_cta = kMaxChunksLimit + 1;  // a limit that would overflow the planner's pair test
   EXPECT_THROW(decode_plan(pp), Error);
   pp.config.max_chunks_per_cta = kMaxChunksPerCta;
+  pp.max_seq_len = -1;  // a negative bound, dynamic mode too
+  EXPECT_THROW(decode_plan(pp), Error);
+  pp.max_seq_len = 0;
   pp.workspace_bytes -= 4;
   EXPECT_THROW(decode_plan(pp), Error);
 }

@@ -124,13 +124,18 @@ def _layout(k, v, layout, device):
     raise ValueError(layout)
 
 
-def make_plan(case: Case, *, mode="dynamic", max_batch=None) -> hopperkit.DecodePlan:
+def make_plan(case: Case, *, mode="dynamic", max_batch=None, bound=None) -> hopperkit.DecodePlan:
+    """bound: the update's max_seq_len; default the longest request in static mode (required there) and none in
+    dynamic mode, so that dynamic tests run the default kernels (a bound of at most 4544 tokens picks the 16-row
+    kernels without the sliced merge: test_slice_free_kernels_match)."""
     B = case.seq_lens.shape[0]
     plan = hopperkit.DecodePlan(max_batch or max(B, 1), case.q.shape[1], case.k_cache.shape[2],
                                 kv_dtype=case.kv_dtype, max_q_len=case.max_q_len, mode=mode,
                                 device=case.q.device)
+    if bound is None:
+        bound = int(case.seq_lens.max().item()) if B and mode == "static" else 0
     plan.update(case.seq_lens, block_size=case.k_cache.shape[1], max_blocks_per_seq=case.block_table.shape[1],
-                max_seq_len=int(case.seq_lens.max().item()) if B else 0)
+                max_seq_len=bound)
     return plan
 
 

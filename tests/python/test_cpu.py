@@ -44,6 +44,18 @@ def test_cpu_twin_through_the_binding():
     assert max(budgets) - min(budgets) <= 1 and sum(budgets) == T
 
 
+def test_plan_launch_info_slice_free_bound():
+    """Dynamic plans with a max_seq_len bound of at most 4544 tokens (71 tiles: no pair can reach the sliced merge's
+    72 pieces) launch the 16-row kernels without that path (cfg[17]); no bound, a longer one or a static plan
+    keep them."""
+    def slice_free(cfg, msl):
+        return _core.call("plan_launch_info", cfg, 3, 64, msl)[17]
+    assert [slice_free(_cfg(), m) for m in (0, 1, 512, 4544, 4545, 16384)] == [0, 1, 1, 1, 0, 0]
+    assert slice_free(_cfg(mode=1), 512) == 0
+    cfg = _core.call("plan_launch_info", _cfg(), 3, 64, 512)
+    assert cfg[8] == _core.call("plan_launch_info", _cfg(), 3, 64, 0)[8]  # the grid does not change
+
+
 def test_core_errors_are_typed():
     with pytest.raises(hopperkit.UnsupportedError) as e:
         _core.call("make_config", 8, 64, 2, 0, 1, 0, 0, 132)  # group 32
@@ -54,6 +66,8 @@ def test_core_errors_are_typed():
         _core.call("make_config", 8, 8, 1, 7, 1, 0, 0, 132)
     with pytest.raises(hopperkit.InvalidValueError, match="seq_lens"):
         _core.call("plan_launch_info", _cfg(max_batch=4), 5, 64, 0)
+    with pytest.raises(hopperkit.InvalidValueError, match="max_seq_len"):
+        _core.call("plan_launch_info", _cfg(), 3, 64, -1)
     # the MoE tile-height query checks its arguments before it asks the device for its SM count
     with pytest.raises(hopperkit.InvalidValueError) as e:
         _core.call("moe_tile_rows", 64, 8, 16, 32, 512, 256, True)  # more local than global experts

@@ -146,7 +146,11 @@ def test_fp8_kv_merge_piece_counts(q_dtype):
     assert any(9 <= n <= 16 for n in seen) and any(17 <= n <= 32 for n in seen) and any(n > 32 for n in seen), seen
 
 
-# Long pairs (>= 96 pieces, heuristics.h slice_merge) at <= 16 rows in dynamic plans not claimed by SM merge in one
+SLICE_MIN_PIECES = 72  # heuristics.h kSliceMinPieces
+SLICE_FREE_MAX = (SLICE_MIN_PIECES - 1) * 64  # slice_free_launch's largest bound: 4544 tokens, 71 tiles
+
+
+# Long pairs (>= SLICE_MIN_PIECES pieces, heuristics.h slice_merge) at <= 16 rows in dynamic plans not claimed by SM merge in one
 # level over 16 CTAs, a 16th of the rows x dims each (merge_slice in attention_kernel.cuh): the last 16 arrivers
 # wait for the last one. Rows 1, 3, 5, 8, 12 and 16 (W = 1, 4, 8, 8, 16, 16 lanes per piece: rows below W leave
 # lanes idle), a long pair beside short ones, and three launches of one plan: output and LSE bit for bit equal,
@@ -171,7 +175,7 @@ def test_long_pairs_merge_in_slices(kv):
         plan = make_plan(case)
         arr = plan.arrays()
         pairs = len(lens) * case.k_cache.shape[2]
-        long_pairs = int((arr["pair_num_pieces"][:pairs] >= 96).sum().item())
+        long_pairs = int((arr["pair_num_pieces"][:pairs] >= SLICE_MIN_PIECES).sum().item())
         expect = long_pairs if int(arr["header"][8].item()) == 0 else 0  # (by SM: two levels)
         if expect:
             sliced.append(name)
@@ -194,6 +198,40 @@ def test_long_pairs_merge_in_slices(kv):
         assert len(sliced) >= len(SLICE_CASES) - 1, sliced
     else:
         assert "skewed_extreme" in sliced, sliced
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8", "fp8_qfp8"])
+def test_slice_free_kernels_match(kv):
+    """A dynamic plan updated with a max_seq_len bound of at most 4544 tokens launches the 16-row kernels without
+    the sliced merge (plan.cfg[17], heuristics.h slice_free_launch); with no bound (make_plan's default, which the
+    other tests run) the kernels with it run. Both give the same output and LSE bit for bit (tile edges, a 4544-token
+    request, q_len 2, group 1). A bound below a long request's length (a caller's mistake) still gives the right
+    output: the same long pair slices without the bound (header word 11) and merges in two levels under it, which
+    shows the launch switched kernels."""
+    kv_dtype, q_dtype = {"bf16": (BF16, BF16), "fp8": (FP8, BF16), "fp8_qfp8": (FP8, FP8)}[kv]
+    for name, lens, kw in (("edges", [SLICE_FREE_MAX, 1, 63, 64, 65, 3000, 129, 0], {}),
+                           ("qlen2", [4000, 63, 2, 4096], {"q_lens": 2}),
+                           ("group1", [4500, 5, 640], {"num_q_heads": 1, "num_kv_heads": 1})):
+        case = make_case(lens, kv_dtype=kv_dtype, q_dtype=q_dtype, seed=_seed("slice_free_" + kv + name), **kw)
+        runs = []
+        for bound in (0, max(lens)):
+            plan = make_plan(case, bound=bound)
+            assert plan.cfg[17] == (1 if bound else 0), (name, bound, plan.cfg)
+            runs.append(run(case, plan))
+            plan.check()
+        check(case, runs[1][0], runs[1][1], f"slice-free {kv}/{name} seed={RUN_SEED}")
+        assert torch.equal(runs[0][0].view(torch.int16), runs[1][0].view(torch.int16)), f"{name}: outputs differ"
+        assert torch.equal(runs[0][1].view(torch.int32), runs[1][1].view(torch.int32)), f"{name}: LSEs differ"
+    case = make_case([16384] + [64] * 15, kv_dtype=kv_dtype, q_dtype=q_dtype, seed=_seed("slice_free_low" + kv))
+    for bound, sliced in ((0, 1), (4096, 0)):
+        plan = make_plan(case, bound=bound)
+        arr = plan.arrays()
+        assert plan.cfg[17] == 1 - sliced and int(arr["header"][8].item()) == 0, (bound, plan.cfg)
+        assert int(arr["pair_num_pieces"][0].item()) >= SLICE_MIN_PIECES, arr["pair_num_pieces"][:4].cpu()
+        out, lse = run(case, plan)
+        torch.cuda.synchronize()
+        assert int(plan.arrays()["header"][11].item()) == sliced, (bound, plan.arrays()["header"].cpu())
+        check(case, out, lse, f"slice-free bound {bound} {kv} seed={RUN_SEED}")
 
 
 OPT_IN_TESTS = 6  # the slice test's BF16 case, the plan rule, 3 by-SM claims, the twin comparison

@@ -53,9 +53,11 @@ constexpr int kMergeGroup = 8;
 // long pair, whose merges do not end the launch there); from 96: 0.912x / 0.972x, geomean 0.995 over 18 points.
 // Session 62 (calls 1 and 4, the mended form): geomean 1.001-1.002 with the BF16 long-pair cap (which keeps BF16's
 // long batches on two levels), 0.993 with it off (BF16 one_64k_7x4k 0.950x, skewed_extreme 0.935x; uniform_512
-// 1.022x from the 16-row kernels' new schedule), hence the cap off by default.
+// 1.022x from the 16-row kernels' new schedule), hence the cap off by default. Session 63 call 1 (with
+// slice_free_launch): from 72 pieces instead of 96, one_64k_31x4k (80 pieces) BF16 0.940x, FP8 0.986x, the other 16
+// points 0.98-1.00x (geomean 0.992 against 0.996 from 96).
 constexpr int kSliceMergers = 16;
-constexpr int kSliceMinPieces = 96;
+constexpr int kSliceMinPieces = 72;
 constexpr int kSliceMaxRows = 16;
 static_assert(kSliceMinPieces >= kSliceMergers, "the mergers are the last kSliceMergers arrivals of distinct pieces");
 // Whether a split pair of `pieces` pieces and `rows` query rows (q_len x group, or the variant's padded rows)
@@ -96,6 +98,12 @@ HK_HD int dynamic_head_aligned_ctas(int C, int H, int cap, int total_tiles, int 
 
 // Tiles of a sequence of `len` cached tokens (0 for len <= 0).
 HK_HD int num_tiles(int64_t len) { return len <= 0 ? 0 : static_cast<int>((len + kTileTokens - 1) / kTileTokens); }
+
+// Whether a dynamic step whose requests all hold at most `max_seq_len` tokens (the caller's host bound,
+// DecodePlanParams::max_seq_len; 0 = not given) may run the 16-row kernels without the sliced merge: a piece
+// holds at least one tile, so no pair then reaches kSliceMinPieces pieces (up to 4544 tokens), and both kernels
+// give the same output (session 62: the slice path cost 1-2% at points where it never runs).
+HK_HD bool slice_free_launch(int max_seq_len) { return max_seq_len > 0 && num_tiles(max_seq_len) < kSliceMinPieces; }
 
 // Query rows of one pair, rounded up to what a kernel variant handles: 16, 32, 64 or 128; -1 if too many.
 HK_HD int rows_bucket(int rows) {

@@ -135,7 +135,12 @@ struct DecodePlanParams {
   int batch = 0;                 // 0..config.max_batch
   int block_size = 0;            // tokens per KV page: 16, 32, 64 or 128
   int max_blocks_per_seq = 0;    // block_table columns: lengths beyond max_blocks_per_seq*block_size are clamped
-  int max_seq_len = 0;           // static mode only: longest request (host value) that sets the split size
+  int max_seq_len = 0;           // >= 0. Static mode: the longest request (host value), which sets the split
+                                 // size. Dynamic mode: an optional upper bound on seq_lens (0 = none); at most
+                                 // 4544 (slice_free_launch in heuristics.h) the 16-row kernels without the sliced
+                                 // merge run: the same output while the bound holds; a bound below a length stays
+                                 // correct and only costs merge time. A CUDA graph keeps the launch chosen at
+                                 // capture: capture with a bound that holds for every replay, or none
   cudaStream_t stream = nullptr;
 };
 
@@ -145,6 +150,8 @@ struct DecodePlanLaunch {
   int static_splits = 0;  // static mode: splits per pair
   int batch = 0;          // batch the plan was made for
   int block_size = 0;
+  int slice_free = 0;     // 1: a dynamic plan whose max_seq_len bound lets no pair merge in slices (the launch
+                          //    picks the 16-row kernels without that path: decode/variants.h)
 };
 
 // Validates, then enqueues the planner kernel on params.stream (no host synchronisation; graph-capturable).

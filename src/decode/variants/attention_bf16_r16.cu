@@ -1,4 +1,4 @@
 // hopperkit decode attention variant bf16_r16 (see decode/variants.h).
 #include "decode/variant_impl.cuh"
 
-HK_DEFINE_DECODE_VARIANT(bf16_r16, false, false, 16, 1, 4)
+HK_DEFINE_DECODE_VARIANT(bf16_r16, false, false, 16, 1, 4, true)

@@ -1,4 +1,4 @@
 // hopperkit decode attention variant fp8_r16 (see decode/variants.h).
 #include "decode/variant_impl.cuh"
 
-HK_DEFINE_DECODE_VARIANT(fp8_r16, true, false, 16, 1, 4)
+HK_DEFINE_DECODE_VARIANT(fp8_r16, true, false, 16, 1, 4, true)
