@@ -653,6 +653,28 @@ __device__ __forceinline__ float merge_round_max(float mx, const float (&lse)[G]
 // The max that exp2 weights are taken against (softmax rows, merges): 0 while no value was finite (all weights 0).
 __device__ __forceinline__ float ref_max(float mx) { return mx == -INFINITY ? 0.f : mx; }
 
+// A merged output row's 8 dims d0..d0+7 (bf16: acc x sc, NaN for a stale plan) and, from the lane that asks
+// (`lse_lane`) where an LSE output is given, its natural-log LSE from the log2 `lse2` (merge_slots_f16, merge_slice).
+__device__ __forceinline__ void store_merged8(const MergeArgs& m, int r, int d0, const float (&acc)[8], float sc,
+                                              float lse2, bool lse_lane) {
+  const int token = m.q_start + r / m.group;
+  const int head = m.head0 + r % m.group;
+  float x[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) x[c] = m.stale ? nan_f() : acc[c] * sc;
+  uint4 packed;
+  packed.x = static_cast<uint32_t>(f2bf(x[0])) | (static_cast<uint32_t>(f2bf(x[1])) << 16);
+  packed.y = static_cast<uint32_t>(f2bf(x[2])) | (static_cast<uint32_t>(f2bf(x[3])) << 16);
+  packed.z = static_cast<uint32_t>(f2bf(x[4])) | (static_cast<uint32_t>(f2bf(x[5])) << 16);
+  packed.w = static_cast<uint32_t>(f2bf(x[6])) | (static_cast<uint32_t>(f2bf(x[7])) << 16);
+  const int64_t out_off =
+      static_cast<int64_t>(token) * m.out_stride_token + static_cast<int64_t>(head) * m.out_stride_head;
+  *reinterpret_cast<uint4*>(m.out + out_off + d0) = packed;
+  if (m.lse != nullptr && lse_lane) {
+    m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] = m.stale ? nan_f() : lse2 * 0.69314718055994531f;
+  }
+}
+
 // merge_slots' f16 path (FP8 KV): a half-warp per row, each lane 8 consecutive dims (16-byte loads of f16, half
 // the load instructions and exp2s of 4 dims per lane). The warp's R rows per pass are the float path's (rb + j x
 // 4 warps), its half h taking j = h, h + 2, ...; G partials per round as two batches of 8 when G = 16, the
@@ -757,24 +779,7 @@ __device__ __forceinline__ void merge_slots_f16(const MergeArgs& m, int k0, int 
       const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
       const float lse2 = wsum[j] > 0.f ? m_use + __log2f(wsum[j]) : -INFINITY;
       if (final) {
-        const int token = m.q_start + r / m.group;
-        const int head = m.head0 + r % m.group;
-        const float sc = inv * m.v_scale;
-        float x[8];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) x[c] = m.stale ? nan_f() : acc[j][c] * sc;
-        uint4 packed;
-        packed.x = static_cast<uint32_t>(f2bf(x[0])) | (static_cast<uint32_t>(f2bf(x[1])) << 16);
-        packed.y = static_cast<uint32_t>(f2bf(x[2])) | (static_cast<uint32_t>(f2bf(x[3])) << 16);
-        packed.z = static_cast<uint32_t>(f2bf(x[4])) | (static_cast<uint32_t>(f2bf(x[5])) << 16);
-        packed.w = static_cast<uint32_t>(f2bf(x[6])) | (static_cast<uint32_t>(f2bf(x[7])) << 16);
-        const int64_t out_off = static_cast<int64_t>(token) * m.out_stride_token +
-                                static_cast<int64_t>(head) * m.out_stride_head;
-        *reinterpret_cast<uint4*>(m.out + out_off + d8) = packed;
-        if (m.lse != nullptr && (lane & 15) == 0) {
-          m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] =
-              m.stale ? nan_f() : lse2 * 0.69314718055994531f;
-        }
+        store_merged8(m, r, d8, acc[j], inv * m.v_scale, lse2, (lane & 15) == 0);
       } else {
         const int64_t elem = dst_slot * slot_stride_o + static_cast<int64_t>(r) * kHeadDim + d8;
         store_partial4_f16(m.partial_o, elem, acc[j][0] * inv, acc[j][1] * inv, acc[j][2] * inv, acc[j][3] * inv);
@@ -1020,49 +1025,33 @@ static __device__ __noinline__ void merge_slice(const MergeArgs m, int count, in
     }
   }
   if (t < rows) {  // warp 0's lanes j < W hold the combined units (its other lanes only warp 0's pieces)
-    const float m_use = ref_max(mx);
     const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    const int token = m.q_start + r / m.group;
-    const int head = m.head0 + r % m.group;
+    const float lse2 = wsum > 0.f ? ref_max(mx) + __log2f(wsum) : -INFINITY;
     const int d0 = (u & 15) * 8;
-    const float sc = inv * m.v_scale;
-    float x[8];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) x[c] = m.stale ? nan_f() : acc[c] * sc;
-    uint4 packed;
-    packed.x = static_cast<uint32_t>(f2bf(x[0])) | (static_cast<uint32_t>(f2bf(x[1])) << 16);
-    packed.y = static_cast<uint32_t>(f2bf(x[2])) | (static_cast<uint32_t>(f2bf(x[3])) << 16);
-    packed.z = static_cast<uint32_t>(f2bf(x[4])) | (static_cast<uint32_t>(f2bf(x[5])) << 16);
-    packed.w = static_cast<uint32_t>(f2bf(x[6])) | (static_cast<uint32_t>(f2bf(x[7])) << 16);
-    const int64_t out_off =
-        static_cast<int64_t>(token) * m.out_stride_token + static_cast<int64_t>(head) * m.out_stride_head;
-    *reinterpret_cast<uint4*>(m.out + out_off + d0) = packed;
-    if (m.lse != nullptr && d0 == 0) {
-      const float lse2 = wsum > 0.f ? m_use + __log2f(wsum) : -INFINITY;
-      m.lse[static_cast<int64_t>(token) * m.lse_stride_token + head] = m.stale ? nan_f() : lse2 * 0.69314718055994531f;
-    }
+    store_merged8(m, r, d0, acc, inv * m.v_scale, lse2, d0 == 0);
   }
   HK_TRACE_ONLY(if (threadIdx.x == 0) HK_TR(m, kTrMergeOut + tr_i);)
 }
 
-// Counts one more finished piece on `counter` and returns how many had finished before it (the same value in
-// every consumer thread; acquire / release as arrive_last below).
-__device__ __forceinline__ int arrive_rank(int* counter, int* flag) {
+// The consumer threads' arrival on `counter`: thread 0's acq_rel add, `f(the count before it)` in every consumer
+// thread. Everything this CTA wrote before is visible to a CTA that arrives later. (bar.sync orders the CTA's
+// writes before thread 0's add; a later arriver's acquire plus bar.sync orders every earlier CTA's writes before
+// this CTA's reads, which bypass L1.)
+template <class F>
+__device__ __forceinline__ int arrive(int* counter, int* flag, F f) {
   ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-  if (threadIdx.x == 0) *flag = ptx::atom_add_acq_rel_gpu(counter, 1);
+  if (threadIdx.x == 0) *flag = f(ptx::atom_add_acq_rel_gpu(counter, 1));
   ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
   return *flag;
 }
-
+// Counts one more finished piece on `counter` and returns how many had finished before it.
+__device__ __forceinline__ int arrive_rank(int* counter, int* flag) {
+  return arrive(counter, flag, [](int before) { return before; });
+}
 // Counts one more finished input on `counter`; true in every consumer thread of the CTA that finished the
-// last of `expected` inputs. Everything this CTA wrote before is visible to that CTA.
-// (bar.sync orders the CTA's writes before thread 0's release; the last arriver's acquire plus bar.sync orders
-// every other CTA's writes before this CTA's reads, which bypass L1.)
+// last of `expected` inputs, which then sees everything the others wrote before.
 __device__ __forceinline__ bool arrive_last(int* counter, int expected, int* flag) {
-  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-  if (threadIdx.x == 0) *flag = (ptx::atom_add_acq_rel_gpu(counter, 1) == expected - 1) ? 1 : 0;
-  ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
-  return *flag != 0;
+  return arrive(counter, flag, [expected](int before) { return before == expected - 1 ? 1 : 0; }) != 0;
 }
 
 // Writes 4 consecutive dims of row r: final (bf16, scaled by v_scale) or partial (fp32 or f16, normalised).
