@@ -12,11 +12,13 @@ echo "== C++ tests"
 cmake -S . -B build/cpp-tests -DHOPPERKIT_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build/cpp-tests --target hopperkit_cpu_tests hopperkit_example_fused_moe -j "$JOBS"
 ctest --test-dir build/cpp-tests --output-on-failure
-echo "== decode trace build (HOPPERKIT_DECODE_TRACE): compile check of one kernel variant and the launcher"
+echo "== decode trace build (HOPPERKIT_DECODE_TRACE): compile check of a kernel variant, its twin without the sliced merge, and the launcher"
 NVCC=${CUDACXX:-nvcc}
 TRACE_FLAGS=(-std=c++17 -O3 -Iinclude -Isrc -Ibuild/cpp-tests/generated -DHOPPERKIT_DECODE_TRACE=1)
 $NVCC "${TRACE_FLAGS[@]}" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
   -c src/decode/variants/attention_bf16_r16.cu -o build/cpp-tests/trace_check_kernel.o
+$NVCC "${TRACE_FLAGS[@]}" -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+  -c src/decode/variants/attention_bf16_r16_ns.cu -o build/cpp-tests/trace_check_kernel_ns.o
 $NVCC "${TRACE_FLAGS[@]}" -c src/decode/attention_launch.cpp -o build/cpp-tests/trace_check_launch.o
 echo "== MoE trace build (HOPPERKIT_MOE_TRACE): compile check of the down GEMM's kernels and the launcher"
 MOE_TRACE_FLAGS=(-std=c++17 -O3 -Iinclude -Isrc -Ibuild/cpp-tests/generated -DHOPPERKIT_MOE_TRACE=1)

@@ -140,8 +140,9 @@ class DecodePlan:
         """Enqueues the planner kernel for this step's lengths on the current stream (graph-capturable).
 
         ``max_seq_len``: static mode, the longest request (required). Dynamic mode, an optional upper bound on
-        ``seq_lens``: at most 4544 tokens the attention runs its 16-row kernels without the sliced merge of long
-        requests, which cannot occur then (1-2% faster on short batches, the same output). A bound below a length
+        ``seq_lens``: at most 4544 tokens ((kSliceMinPieces - 1) x 64, heuristics.h) the attention runs its 16-row
+        kernels without the sliced merge of long requests, which cannot occur then (1-2% faster on short batches, the
+        same output). A bound below a length
         stays correct (slower merges). A captured CUDA graph keeps the kernels chosen at capture, so capture with a
         bound that holds for every replay, or none.
         """

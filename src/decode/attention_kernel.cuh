@@ -1044,10 +1044,13 @@ __device__ __forceinline__ int arrive(int* counter, int* flag, F f) {
   ptx::named_bar_sync(kConsumerBarrier, kConsumerWarps * 32);
   return *flag;
 }
-// Counts one more finished piece on `counter` and returns how many had finished before it.
+
+// Counts one more finished piece on `counter` and returns how many had finished before it (the same value in
+// every consumer thread).
 __device__ __forceinline__ int arrive_rank(int* counter, int* flag) {
   return arrive(counter, flag, [](int before) { return before; });
 }
+
 // Counts one more finished input on `counter`; true in every consumer thread of the CTA that finished the
 // last of `expected` inputs, which then sees everything the others wrote before.
 __device__ __forceinline__ bool arrive_last(int* counter, int expected, int* flag) {

@@ -12,6 +12,7 @@
   namespace {                                                                                               \
   using Traits_##name = DecodeTraits<fp8, mt, tw, fp8q, sl>;                                                \
   static_assert(Traits_##name::kMPad == rows, "variant rows");                                             \
+  static_assert(sl || rows <= kSliceMaxRows, "a twin without the sliced merge only where rows can slice");  \
   void launch_##name(const CUtensorMap& k, const CUtensorMap& v, const DecodeKernelArgs& args, int grid,     \
                      cudaStream_t stream) {                                                                 \
     auto kernel = decode_attention_kernel<Traits_##name>;                                                   \

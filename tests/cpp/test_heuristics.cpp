@@ -87,7 +87,8 @@ TEST(Heuristics, MergeRounds) {
 }
 
 TEST(Heuristics, SliceMergeRule) {
-  // one level over the last kSliceMergers arrivals (where pieces are resident): at <= 16 rows, from 96 pieces
+  // one level over the last kSliceMergers arrivals (where pieces are resident): at <= 16 rows, from
+  // kSliceMinPieces (72) pieces
   EXPECT_TRUE(slice_merge(kSliceMinPieces, kSliceMaxRows));
   EXPECT_TRUE(slice_merge(183, 8));   // one_64k_7x4k FP8
   EXPECT_TRUE(slice_merge(127, 8));   // skewed_extreme BF16 (134 CTAs, not claimed by SM)

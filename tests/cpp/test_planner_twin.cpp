@@ -290,6 +290,37 @@ TEST(PlannerTwin, FuzzDynamicAndStatic) {
   EXPECT_GT(aligned, 5) << "the fuzz should reach plans that aligned budgets change";
 }
 
+TEST(PlannerTwin, NoPairReachesTheSliceThresholdUnderASliceFreeBound) {
+  // slice_free_launch (heuristics.h) runs the 16-row kernels without the sliced merge when the caller's bound
+  // is below kSliceMinPieces tiles: the plans of such batches must then hold no pair of kSliceMinPieces pieces,
+  // at any CTA count (up to 1024 resident CTAs), minimum work, chunk limit, head count and block size
+  std::mt19937 rng(63);
+  const int bound = (kSliceMinPieces - 1) * kTileTokens;
+  ASSERT_TRUE(slice_free_launch(bound));
+  int most = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    const int H = 1 + rng() % 4;
+    const int batch = 1 + (iter % 4 == 0 ? rng() % 512 : rng() % 16);
+    const int block_size = 16 << (rng() % 4);
+    const int max_blocks = (bound + block_size - 1) / block_size;
+    const int sm_ctas = 1 + rng() % 1024;
+    const DType kv = iter % 2 ? DType::kFP8E4M3 : DType::kBF16;
+    DecodePlanConfig cfg =
+        make_decode_plan_config_for(batch, H * (1 + rng() % 4), H, kv, 1, PlanMode::kDynamic, sm_ctas);
+    if (iter % 3 == 1) cfg.min_tiles_per_cta = 1;
+    if (iter % 5 == 2) cfg.max_chunks_per_cta = static_cast<int>(rng() % 4);
+    std::vector<int32_t> lens(batch);
+    for (auto& l : lens) l = iter % 2 ? bound - static_cast<int32_t>(rng() % 3) : 1 + static_cast<int32_t>(rng() % bound);
+    const Plan p = make_plan(cfg, lens, block_size, max_blocks, bound);
+    ASSERT_NO_FATAL_FAILURE(check_invariants(p, lens, block_size, max_blocks)) << "iter " << iter;
+    for (int q = 0; q < batch * H; ++q) {
+      ASSERT_LT(p.v.pair_num_pieces[q], kSliceMinPieces) << "iter " << iter << " pair " << q;
+      most = std::max(most, p.v.pair_num_pieces[q]);
+    }
+  }
+  EXPECT_GE(most, kSliceMinPieces - 8) << "the fuzz should reach pairs split nearly tile by tile";
+}
+
 TEST(PlannerTwin, ClampsLengthsBeyondTheBlockTable) {
   const DecodePlanConfig cfg = make_decode_plan_config_for(4, 8, 1, DType::kBF16, 1, PlanMode::kDynamic, 132);
   const std::vector<int32_t> lens = {-3, 100, 1000000, 64};

@@ -159,8 +159,14 @@ TEST(Validation, PlannerRejectsBeforeLaunch) {
   pp.config.max_chunks_per_cta = kMaxChunksLimit + 1;  // a limit that would overflow the planner's pair test
   EXPECT_THROW(decode_plan(pp), Error);
   pp.config.max_chunks_per_cta = kMaxChunksPerCta;
-  pp.max_seq_len = -1;  // a negative bound, dynamic mode too
-  EXPECT_THROW(decode_plan(pp), Error);
+  pp.max_seq_len = -1;  // a negative bound, dynamic mode too: rejected by name before anything is launched
+  try {
+    decode_plan(pp);
+    ADD_FAILURE() << "a negative max_seq_len was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kValue) << e.what();
+    EXPECT_EQ(e.arg(), "max_seq_len") << e.what();
+  }
   pp.max_seq_len = 0;
   pp.workspace_bytes -= 4;
   EXPECT_THROW(decode_plan(pp), Error);

@@ -126,7 +126,7 @@ def _layout(k, v, layout, device):
 
 def make_plan(case: Case, *, mode="dynamic", max_batch=None, bound=None) -> hopperkit.DecodePlan:
     """bound: the update's max_seq_len; default the longest request in static mode (required there) and none in
-    dynamic mode, so that dynamic tests run the default kernels (a bound of at most 4544 tokens picks the 16-row
+    dynamic mode, so that dynamic tests run the default kernels (a bound of at most 4544 tokens, SLICE_FREE_MAX in test_decode_gpu.py, picks the 16-row
     kernels without the sliced merge: test_slice_free_kernels_match)."""
     B = case.seq_lens.shape[0]
     plan = hopperkit.DecodePlan(max_batch or max(B, 1), case.q.shape[1], case.k_cache.shape[2],

@@ -137,9 +137,9 @@ struct DecodePlanParams {
   int max_blocks_per_seq = 0;    // block_table columns: lengths beyond max_blocks_per_seq*block_size are clamped
   int max_seq_len = 0;           // >= 0. Static mode: the longest request (host value), which sets the split
                                  // size. Dynamic mode: an optional upper bound on seq_lens (0 = none); at most
-                                 // 4544 (slice_free_launch in heuristics.h) the 16-row kernels without the sliced
-                                 // merge run: the same output while the bound holds; a bound below a length stays
-                                 // correct and only costs merge time. A CUDA graph keeps the launch chosen at
+                                 // (kSliceMinPieces - 1) x 64 = 4544 (slice_free_launch in heuristics.h) the
+                                 // 16-row kernels without the sliced merge run: the same output while the bound
+                                 // holds; a bound below a length stays correct and only costs merge time. A CUDA graph keeps the launch chosen at
                                  // capture: capture with a bound that holds for every replay, or none
   cudaStream_t stream = nullptr;
 };
