@@ -228,7 +228,9 @@ int decode_ctas_per_sm(DType kv_dtype, int rows, int device) {
   if (prev != device) HK_CUDA_CHECK(cudaSetDevice(device));
   int blocks = 0;
   cudaError_t e = cudaSuccess;
-  for (const VariantInfo* x : vs) {
+  for (int i = 0; i < 4; ++i) {
+    const VariantInfo* x = vs[i];
+    if (std::find(vs, vs + i, x) != vs + i) continue;  // (32+ rows: no twin, the same variant twice)
     e = cudaFuncSetAttribute(x->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, x->smem_bytes);
     int b = 0;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, x->kernel, x->threads, x->smem_bytes);

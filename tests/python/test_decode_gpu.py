@@ -238,6 +238,33 @@ def test_slice_free_kernels_match(kv):
         check(case, out, lse, f"slice-free bound {bound} {kv} seed={RUN_SEED}")
 
 
+def _expect_stale(case, plan):
+    """Runs `plan` after case.seq_lens grew without an update: the request's output must be NaN and check() raise."""
+    out, _ = run(case, plan)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1].float()).all(), "a stale plan must not produce plausible output"
+    with pytest.raises(hopperkit.PlanError):
+        plan.check()
+
+
+def _capture_step(case, plan, out, **update_kw) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one decode step (plan.update on case.seq_lens, then the attention into `out`), after a
+    warm-up of the same step on a side stream outside capture."""
+    def step():
+        plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1], **update_kw)
+        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
+                                   out=out, **case.kwargs())
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    return g
+
+
 SLICE_FREE_SWEEP = [c for c in SWEEP if max(c[1]) <= SLICE_FREE_MAX and c[0] in (
     "len1", "len63", "len65", "len4095", "bs16_edges", "bs32_edges", "bs128_edges", "group1", "group16", "qlen2",
     "qlen2_group6", "zero_len", "hnd", "packed_kv", "batch1024_short", "kv8_mixed_zero")]
@@ -260,11 +287,7 @@ def test_slice_free_sweep(kv):
     case.seq_lens[1] = 200
     plan = make_plan(case, bound=4000)
     case.seq_lens[1] = 900  # more tiles than planned, without plan.update
-    out, _ = run(case, plan)
-    torch.cuda.synchronize()
-    assert torch.isnan(out[1].float()).all(), "a stale plan must not produce plausible output"
-    with pytest.raises(hopperkit.PlanError):
-        plan.check()
+    _expect_stale(case, plan)
 
 
 def test_cuda_graph_captured_with_a_bound():
@@ -275,21 +298,8 @@ def test_cuda_graph_captured_with_a_bound():
     case.seq_lens.copy_(torch.tensor([4000, 70, 1, 900, 2000, 64], dtype=torch.int32))
     plan = hopperkit.DecodePlan(6, 8, 1)
     out = torch.full(case.q.shape, float("nan"), dtype=BF16, device="cuda")
-    kw = case.kwargs()
-    upd = dict(block_size=64, max_blocks_per_seq=case.block_table.shape[1], max_seq_len=SLICE_FREE_MAX)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up outside capture
-        plan.update(case.seq_lens, **upd)
-        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
-                                   out=out, **kw)
-    torch.cuda.current_stream().wait_stream(s)
+    g = _capture_step(case, plan, out, max_seq_len=SLICE_FREE_MAX)
     assert plan.cfg[17] == 1, plan.cfg
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        plan.update(case.seq_lens, **upd)
-        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
-                                   out=out, **kw)
     rng = random.Random(5)
     for rep in range(4):
         top = SLICE_FREE_MAX if rep % 2 == 0 else 20000
@@ -488,19 +498,7 @@ def test_cuda_graph_with_lengths_changing_between_replays():
     case.seq_lens.copy_(torch.tensor(lens0, dtype=torch.int32))
     plan = hopperkit.DecodePlan(6, 8, 1)
     out = torch.full(case.q.shape, float("nan"), dtype=BF16, device="cuda")
-    kw = case.kwargs()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up outside capture
-        plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
-        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
-                                   out=out, **kw)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
-        hopperkit.decode_attention(case.q, case.k_cache, case.v_cache, case.block_table, case.seq_lens, plan,
-                                   out=out, **kw)
+    g = _capture_step(case, plan, out)
     rng = random.Random(3)
     for rep in range(5):
         lens = [rng.randint(0, 30000) for _ in range(6)]
@@ -518,11 +516,7 @@ def test_stale_plan_is_detected_not_silent():
     case.seq_lens[1] = 200
     plan = make_plan(case)
     case.seq_lens[1] = 900  # more tiles than planned, without plan.update
-    out, _ = run(case, plan)
-    torch.cuda.synchronize()
-    assert torch.isnan(out[1].float()).all(), "a stale plan must not produce plausible output"
-    with pytest.raises(hopperkit.PlanError):
-        plan.check()
+    _expect_stale(case, plan)
     plan.update(case.seq_lens, block_size=64, max_blocks_per_seq=case.block_table.shape[1])
     out, lse = run(case, plan)
     check(case, out, lse, "after replanning")
@@ -534,11 +528,7 @@ def test_stale_plan_of_an_empty_request_is_detected():
     plan = make_plan(case)
     case.seq_lens[1] = 50  # planned empty, now has tokens
     case.block_table[1, 0] = case.block_table[0, 0]
-    out, _ = run(case, plan)
-    torch.cuda.synchronize()
-    assert torch.isnan(out[1].float()).all()
-    with pytest.raises(hopperkit.PlanError):
-        plan.check()
+    _expect_stale(case, plan)
 
 
 def test_bad_block_ids_are_flagged_not_faulting():
