@@ -87,6 +87,7 @@ DecodePlanConfig make_decode_plan_config_for(int max_batch, int num_q_heads, int
   c.sm_ctas = sm_ctas;
   c.long_pair_ctas = mode == PlanMode::kDynamic ? long_pair_ctas : 0;
   c.min_tiles_per_cta = kv_dtype == DType::kFP8E4M3 ? kMinTilesPerCtaFp8 : kMinTilesPerCta;
+  c.max_chunks_per_cta = kv_dtype == DType::kFP8E4M3 ? kMaxChunksPerCtaFp8 : kMaxChunksPerCta;
   // Static mode: pairs * splits <= pairs + sm_ctas (see static_num_splits).
   c.max_ctas = mode == PlanMode::kDynamic ? sm_ctas : static_cast<int>(pairs) + sm_ctas;
   // the split merge addresses the partial buffers with 32-bit element offsets (merge_slots)

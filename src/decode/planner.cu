@@ -237,9 +237,10 @@ DecodePlanConfig make_decode_plan_config(int max_batch, int num_q_heads, int num
   static const int rule = env_int("HOPPERKIT_DECODE_LONG_RULE", kLongPairRuleRounds, 0, kLongPairRuleRounds);
   c.long_pair_rule = rule;
   // Profiling aid (not for serving): HOPPERKIT_DECODE_MAX_CHUNKS=n sets the chunks per CTA above which the
-  // dynamic plan grows its CTA count (kMaxChunksPerCta; 0 = never). Planner and CPU twin read it from the config.
-  static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", kMaxChunksPerCta, 0, kMaxChunksLimit);
-  c.max_chunks_per_cta = max_chunks;
+  // dynamic plan grows its CTA count (kMaxChunksPerCta, kMaxChunksPerCtaFp8; 0 = never), for either KV dtype.
+  // Planner and CPU twin read it from the config.
+  static const int max_chunks = env_int("HOPPERKIT_DECODE_MAX_CHUNKS", -1, 0, kMaxChunksLimit);
+  if (max_chunks >= 0) c.max_chunks_per_cta = max_chunks;
   // Profiling aid (not for serving): HOPPERKIT_DECODE_MIN_TILES=n sets the dynamic plan's minimum tiles per CTA
   // for either KV dtype (kMinTilesPerCta, kMinTilesPerCtaFp8). Planner and CPU twin read it from the config.
   static const int min_tiles = env_int("HOPPERKIT_DECODE_MIN_TILES", 0, 1, kMaxMinTilesPerCta);

@@ -413,6 +413,15 @@ TEST(PlannerTwin, CrowdedShortRequestsGetMoreCtas) {
   const Plan p8 = make_plan(cfg, ones, 64, 1, 1);
   ASSERT_NO_FATAL_FAILURE(check_invariants(p8, ones, 64, 1));
   EXPECT_EQ(p8.v.header[kHdrNumCtas], 4);
+  // FP8 KV limits a CTA to 2 chunks by default (kMaxChunksPerCtaFp8): skewed_extreme runs on all 264 CTAs, none
+  // walking more than 2 requests; its minimum work (2 tiles per CTA) gives 135 CTAs
+  const DecodePlanConfig f8 = make_decode_plan_config_for(16, 8, 1, DType::kFP8E4M3, 1, PlanMode::kDynamic, 264);
+  EXPECT_EQ(f8.max_chunks_per_cta, kMaxChunksPerCtaFp8);
+  EXPECT_EQ(kMaxChunksPerCtaFp8, 2);
+  const Plan pf = make_plan(f8, lens, 64, 256, 16384);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(pf, lens, 64, 256));
+  EXPECT_EQ(pf.v.header[kHdrNumCtas], 264);
+  EXPECT_LE(max_chunks_by_walk(pf.v.pair_tile_start, 16, 271, 264), 2);
 }
 
 TEST(PlannerTwin, ChunkRuleLeavesAlignedAndLargeBatchesAlone) {

@@ -30,7 +30,7 @@ def measured(impl):
     return {r["scenario"]: r["us"] for r in d["rows"] if r["impl"] == impl and r["dtype"] == "fp8"}
 
 
-def dynamic_plan(lens, min_tiles=pm.MIN_TILES, max_chunks=pm.MAX_CHUNKS):
+def dynamic_plan(lens, min_tiles=pm.MIN_TILES, max_chunks=pm.MAX_CHUNKS_FP8):
     """The planner's dynamic plan for FP8 KV: C from the minimum tiles per CTA, the chunk rule, cap MAX_CTAS."""
     pre = pm.prefix_of(lens)
     P, T = len(pre) - 1, pre[-1]

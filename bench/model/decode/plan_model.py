@@ -11,6 +11,7 @@ LONG_PAIR_CTAS = 132     # planner.cu: BF16, per_sm >= 2 and HOPPERKIT_DECODE_LO
 K_LONG_PAIR_TILES = 48
 MIN_TILES = 4
 MAX_CHUNKS = 3
+MAX_CHUNKS_FP8 = 2        # kMaxChunksPerCtaFp8 (session 64)
 MERGE_GROUP = 8          # kMergeGroup: group size AND loads per round in merge_slots
 
 import os

@@ -72,6 +72,7 @@ struct DecodePlanConfig {
   int long_pair_ctas = 0;  // dynamic: CTA cap for batches of long pairs (dynamic_cta_cap); 0 = none
   int long_pair_rule = kLongPairRuleRounds;  // dynamic: when that cap applies (dynamic_cta_cap): kLongPairRule*
   int max_chunks_per_cta = kMaxChunksPerCta;  // dynamic: more CTAs while one would walk more chunks; 0 = off
+                                              // (kMaxChunksPerCtaFp8 for FP8 KV)
   int min_tiles_per_cta = kMinTilesPerCta;  // dynamic: fewest tiles per CTA (kMinTilesPerCtaFp8 for FP8 KV)
   int align_window_div = kAlignWindowDiv;  // dynamic: aligned budgets over C - C / div .. C CTAs (heuristics.h,
                                           // dynamic_aligned_ctas); 0 = off
