@@ -271,9 +271,9 @@ HK_HD int dynamic_cta_of_tile(int64_t x, int64_t total_tiles, int64_t num_ctas) 
 // a profiling switch can change it for the planner and its twin alike; 0 turns the rule off.)
 constexpr int kMaxChunksPerCta = 3;
 // FP8 KV: 2. Its consumers' chunk costs the same ~2.6 us while its tiles are cheaper, so on skewed_extreme the CTA
-// walking three one-tile requests, not the long pair's sliced merge, ends last (session 64's trace: 11.3 us against
-// the merge CTAs' ~10.9). Measured on the H200 (session 64 call 2, 4 rotated rounds, limit 2 against 3 on every
-// scenario): FP8 skewed_extreme 10.54 -> 10.25 us (0.973x; 134 -> 264 CTAs of one tile, the long pair in 250
+// walking three one-tile requests, not the long pair's sliced merge, ends last (session 64's trace: it exits at
+// 11.3 us, the slice mergers have stored by 10.2). Measured on the H200 (session 64 call 2, 4 rotated rounds, limit
+// 2 against 3 on every scenario): FP8 skewed_extreme 10.54 -> 10.25 us (0.973x; 135 -> 264 CTAs, the long pair in 250
 // sliced pieces), every other FP8 point 0.999-1.002x; BF16 skewed_extreme took 1.047x at 2 (its merge CTAs end
 // last), so BF16 keeps 3.
 constexpr int kMaxChunksPerCtaFp8 = 2;
