@@ -8,8 +8,17 @@
 # Writes $OUT/ab_<BENCH>_rounds.json; each run is limited to AB_SECONDS (default 150).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 4 ] || { echo "usage: scripts/env_ab_rounds.sh BENCH BENCH_ARGS ROUNDS NAME=ENV=VALUE..."; exit 2; }
+USAGE="usage: scripts/env_ab_rounds.sh BENCH BENCH_ARGS ROUNDS NAME=ENV=VALUE NAME=ENV=VALUE..."
+[ $# -ge 5 ] || { echo "$USAGE (two configurations at least)"; exit 2; }
 BENCH=$1 BARGS=$2 ROUNDS=$3; shift 3
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "$USAGE: ROUNDS must be a positive count, not '$ROUNDS'"; exit 2; }
+[ -f "bench/$BENCH.py" ] || { echo "$USAGE: no benchmark bench/$BENCH.py"; exit 2; }
+SEEN=" "
+for spec in "$@"; do
+  [[ "$spec" =~ ^[A-Za-z0-9_]+=[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "$USAGE: '$spec' is not NAME=ENV=VALUE"; exit 2; }
+  case "$SEEN" in *" ${spec%%=*} "*) echo "$USAGE: configuration '${spec%%=*}' named twice"; exit 2 ;; esac
+  SEEN="$SEEN${spec%%=*} "
+done
 OUT=${OUT:-$PWD/ab_round_out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}

@@ -140,6 +140,27 @@ def test_trace_ab_script_rejects_bad_arguments(tmp_path):
     assert not out.exists()
 
 
+def test_env_ab_rounds_script_rejects_bad_arguments(tmp_path):
+    """scripts/env_ab_rounds.sh checks its arguments before it runs or creates anything: exit 2 and why."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    script = root / "scripts" / "env_ab_rounds.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    out = tmp_path / "out"
+    ok_a, ok_b = "a=HOPPERKIT_AB_BASELINE=1", "b=HOPPERKIT_PROLOGUE_KERNEL=pair HOPPERKIT_PROLOGUE_ORDER=blocked"
+    cases = {(): "two configurations", ("prologue_bench", "", "2", ok_a): "two configurations",
+             ("prologue_bench", "", "0", ok_a, ok_b): "positive count",
+             ("prologue_bench", "", "x", ok_a, ok_b): "positive count",
+             ("no_such_bench", "", "2", ok_a, ok_b): "no benchmark",
+             ("prologue_bench", "", "2", ok_a, "b:HOPPERKIT_X=1"): "not NAME=ENV=VALUE",
+             ("prologue_bench", "", "2", ok_a, "a=HOPPERKIT_X=1"): "named twice"}
+    for args, why in cases.items():
+        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin", "OUT": str(out)})
+        assert r.returncode == 2 and why in r.stdout and "usage:" in r.stdout, (args, r.stdout, r.stderr)
+    assert not out.exists()
+
+
 def test_sass_digest_waits_regions_and_top(tmp_path):
     """The stall-profile digest: a wait's samples are found on the first instruction that uses its predicate
     (other instructions may sit between), regions split by address, shares over all samples."""
