@@ -150,9 +150,13 @@ class DecodePlan:
         if self.mode == "static" and max_seq_len is None:
             raise InvalidValueError("max_seq_len", "the longest request's length (static mode)", "None")
         msl = int(max_seq_len) if max_seq_len is not None else 0
-        self._cfg = _core.call("plan_launch_info", self._base_cfg, int(seq_lens.shape[0]) if seq_lens.dim() else -1,
-                               block_size, msl)
-        torch.ops.hopperkit.decode_plan(self.workspace, seq_lens, self._cfg, block_size, max_blocks_per_seq, msl)
+        # An update that raises leaves no plan to run with: the workspace may still hold the previous step's plan,
+        # whose batch the attention kernels would take while the caller passes this step's tensors.
+        self._cfg = None
+        cfg = _core.call("plan_launch_info", self._base_cfg, int(seq_lens.shape[0]) if seq_lens.dim() else -1,
+                         block_size, msl)
+        torch.ops.hopperkit.decode_plan(self.workspace, seq_lens, cfg, block_size, max_blocks_per_seq, msl)
+        self._cfg = cfg
         return self
 
     def errors(self) -> int:

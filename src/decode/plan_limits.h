@@ -1,8 +1,21 @@
 // hopperkit decode plan: limits of the device planner (one CTA keeps every pair's tile prefix in shared memory).
 #pragma once
 
+#include <cstdint>
+
+#include "hopperkit/decode/heuristics.h"
+
 namespace hopperkit {
 namespace decode {
+
+// The planner sums the pairs' tiles in int32 (the prefix, the total, each pair's first tile): with every pair at
+// the block table's capacity (seq_lens are untrusted, clamped to it) the sum must stay below 2^31. Checked on the
+// host before the planner (device or CPU twin) runs; real shapes are far inside (batch 4096 x 8 KV heads at 1M
+// tokens per request: 2^29 tiles).
+inline bool plan_tiles_fit(int64_t pairs, int64_t max_blocks_per_seq, int64_t block_size) {
+  const int64_t tiles_per_pair = (max_blocks_per_seq * block_size + kTileTokens - 1) / kTileTokens;
+  return pairs * tiles_per_pair < (int64_t{1} << 31);
+}
 
 constexpr int kPlanThreads = 1024;
 constexpr int kPlanItemsPerThread = 4;

@@ -66,6 +66,8 @@ void validate_moe(const MoeParams& p) {
            "a row stride >= hidden (" + std::to_string(p.hidden_size) + ")", p.out_stride);
   HK_CHECK(kAlignment, aligned16(p.shared_output) && (p.shared_stride * 2) % 16 == 0, "shared_output",
            "a 16-byte aligned pointer and row stride", "row stride " + std::to_string(p.shared_stride));
+  HK_CHECK(kStride, p.shared_output == nullptr || p.shared_stride >= p.hidden_size || p.num_tokens == 1,
+           "shared_output", "a row stride >= hidden (" + std::to_string(p.hidden_size) + ")", p.shared_stride);
 }
 
 }  // namespace moe

@@ -413,6 +413,10 @@ TEST(MoeValidation, ShapesAndSchemes) {
       {"f32 input", [](auto& p) { p.hidden_dtype = DType::kF32; }, ErrorKind::kDtype, "hidden"},
       {"misaligned out", [](auto& p) { p.out = fake<void>(0xa008); }, ErrorKind::kAlignment, "out"},
       {"short rows", [](auto& p) { p.hidden_stride = 2048; }, ErrorKind::kStride, "hidden"},
+      {"shared output, negative stride", [](auto& p) { p.shared_output = fake<void>(0xb000); p.shared_stride = -8; },
+       ErrorKind::kStride, "shared_output"},
+      {"shared output, short rows", [](auto& p) { p.shared_output = fake<void>(0xb000); p.shared_stride = 2048; },
+       ErrorKind::kStride, "shared_output"},
   };
   for (const auto& c : cases) {
     MoeParams p = valid_moe();
@@ -425,6 +429,13 @@ TEST(MoeValidation, ShapesAndSchemes) {
       EXPECT_EQ(e.arg(), c.arg) << c.what << ": " << e.what();
     }
   }
+  MoeParams so = valid_moe();  // a shared-expert output with full rows, or one token's row at any stride
+  so.shared_output = fake<void>(0xb000);
+  so.shared_stride = 4096;
+  EXPECT_NO_THROW(validate_moe(so));
+  so.num_tokens = 1;
+  so.shared_stride = 0;
+  EXPECT_NO_THROW(validate_moe(so));
   MoeParams b = valid_moe();  // block-wise with 128-multiples is fine (DeepSeek-V3 at TP8: 2048 / 8 = 256)
   b.scaling = MoeScaling::kBlock128;
   b.a13_scale = b.a2_scale = nullptr;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "decode/plan_limits.h"
 #include "hopperkit/decode/attention.h"
 #include "hopperkit/dtype.h"
 #include "hopperkit/error.h"
@@ -170,6 +171,20 @@ TEST(Validation, PlannerRejectsBeforeLaunch) {
   pp.max_seq_len = 0;
   pp.workspace_bytes -= 4;
   EXPECT_THROW(decode_plan(pp), Error);
+  pp.workspace_bytes += 4;
+  // the planner's int32 tile sums: 8 pairs at a capacity of 2^28 tiles each (2^31 in all) are rejected by name,
+  // one tile less per pair is not this check's business (the launch would follow: not called here)
+  EXPECT_FALSE(plan_tiles_fit(8, int64_t{1} << 28, 64));
+  EXPECT_TRUE(plan_tiles_fit(8, (int64_t{1} << 28) - 1, 64));
+  EXPECT_TRUE(plan_tiles_fit(4096 * 8, (int64_t{1} << 20) / 16, 16));  // batch 4096 x 8 heads at 1M tokens
+  pp.max_blocks_per_seq = 1 << 28;
+  try {
+    decode_plan(pp);
+    ADD_FAILURE() << "a block table whose full rows overflow the planner's tile sums was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_EQ(e.arg(), "max_blocks_per_seq") << e.what();
+  }
 }
 
 TEST(Validation, TensorChecks) {

@@ -523,6 +523,23 @@ def test_stale_plan_is_detected_not_silent():
     plan.check()
 
 
+def test_failed_update_leaves_no_plan_to_run():
+    """A plan.update that raises (here: a bad max_blocks_per_seq for a smaller batch) must not leave the plan
+    usable: its workspace still holds the previous, larger batch's plan, which the kernels would walk with this
+    step's smaller tensors. decode_attention raises PlanError until an update succeeds."""
+    case = make_case([300, 700, 1200, 64], seed=44)
+    plan = make_plan(case)
+    small = make_case([300, 700], seed=45)
+    with pytest.raises(hopperkit.InvalidValueError):
+        plan.update(small.seq_lens, block_size=64, max_blocks_per_seq=0)
+    with pytest.raises(hopperkit.PlanError, match="update"):
+        run(small, plan)
+    plan.update(small.seq_lens, block_size=64, max_blocks_per_seq=small.block_table.shape[1])
+    out, lse = run(small, plan)
+    check(small, out, lse, "after a failed update and a good one")
+    plan.check()
+
+
 def test_stale_plan_of_an_empty_request_is_detected():
     case = make_case([1000, 0, 5000], seed=42)
     plan = make_plan(case)
