@@ -144,7 +144,8 @@ class DecodePlan:
         kernels without the sliced merge of long requests, which cannot occur then (1-2% faster on short batches, the
         same output). A bound below a length
         stays correct (slower merges). A captured CUDA graph keeps the kernels chosen at capture, so capture with a
-        bound that holds for every replay, or none.
+        bound that holds for every replay, or none. An update that raises leaves the plan without a step:
+        ``decode_attention`` raises ``PlanError`` with it until an update succeeds.
         """
         _check_cuda(self.device, seq_lens=seq_lens)
         if self.mode == "static" and max_seq_len is None:
