@@ -67,7 +67,8 @@ def attention_prologue(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache
     Untrusted indices never read or write out of bounds: tokens whose position is outside the cos/sin table are
     skipped entirely, slots outside the cache skip the K/V write; both are counted in ``error_count``
     ([2] int32: positions, slots; accumulated, allocated zeroed when not given). ``check_errors=True``
-    synchronises and raises InvalidValueError if any were counted.
+    synchronises and raises InvalidValueError if any were counted; under CUDA-graph capture or torch.compile it
+    raises InvalidValueError before launching (read ``error_count`` after the replay instead).
 
     Returns q_out (bf16), or (q_out fp8, q_scale_out) for ``q_out_dtype=torch.float8_e4m3fn``.
     """
@@ -82,6 +83,9 @@ def attention_prologue(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache
             raise DeviceError(name, f"a tensor on {dev}", str(t.device))
     _code(q_out_dtype, "q_out_dtype")
     T = qkv.shape[0]
+    if check_errors and (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling()):
+        raise InvalidValueError("check_errors", "False under CUDA-graph capture or torch.compile (it reads "
+                                "error_count on the host; read it after the replay instead)", "True")
     if q_out is None:
         q_out = torch.empty(T, num_q_heads, head_dim, dtype=q_out_dtype, device=dev)
     fp8 = q_out.dtype == torch.float8_e4m3fn

@@ -255,6 +255,24 @@ def test_untrusted_indices_are_counted_and_skipped():
                                      head_dim=d, check_errors=True)
 
 
+def test_check_errors_refused_under_capture(monkeypatch):
+    """check_errors reads error_count on the host: under CUDA-graph capture (or torch.compile) it raises a typed
+    error before anything is launched or allocated, instead of a capture failure."""
+    T, hq, hkv, d, bs = 4, 4, 1, 128, 16
+    qkv = torch.randn(T, (hq + 2 * hkv) * d, device="cuda").to(BF16)
+    kc, vc = make_caches(1, bs, hkv, d, BF16, "NHD")
+    before = kc.view(torch.uint8).clone()
+    q_out = torch.full((T, hq, d), float("nan"), dtype=BF16, device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(hopperkit.InvalidValueError, match="check_errors"):
+        hopperkit.attention_prologue(qkv, torch.arange(T, device="cuda"), rope_cache(16, d), kc, vc,
+                                     torch.arange(T, device="cuda", dtype=torch.int64), num_q_heads=hq,
+                                     num_kv_heads=hkv, head_dim=d, q_out=q_out, check_errors=True)
+    monkeypatch.undo()
+    torch.cuda.synchronize()
+    assert torch.isnan(q_out.float()).all() and torch.equal(kc.view(torch.uint8), before), "something was launched"
+
+
 def test_bad_inputs_raise_typed_errors():
     T, hq, hkv, d = 4, 4, 1, 128
     qkv = torch.randn(T, (hq + 2 * hkv) * d, device="cuda").to(BF16)
