@@ -271,10 +271,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
   HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,
            "block_size", "16, 32, 64 or 128", pp.block_size);
   HK_CHECK(kValue, pp.max_blocks_per_seq >= 1, "max_blocks_per_seq", ">= 1", pp.max_blocks_per_seq);
-  HK_CHECK(kUnsupported, plan_tiles_fit(static_cast<int64_t>(pp.batch) * c.num_kv_heads, pp.max_blocks_per_seq,
-                                        pp.block_size),
-           "max_blocks_per_seq", "batch x num_kv_heads x tiles of a full block_table row (64 tokens each) below 2^31",
-           pp.max_blocks_per_seq);
+  check_plan_tiles_fit(static_cast<int64_t>(pp.batch) * c.num_kv_heads, pp.max_blocks_per_seq, pp.block_size);
   HK_CHECK(kValue, pp.seq_lens != nullptr || pp.batch == 0, "seq_lens", "a device pointer", "null");
   HK_CHECK(kValue, pp.workspace != nullptr, "workspace", "a device pointer", "null");
   const DecodePlanLayout layout = decode_plan_layout(c);

@@ -160,14 +160,18 @@ TEST(Validation, PlannerRejectsBeforeLaunch) {
   pp.config.max_chunks_per_cta = kMaxChunksLimit + 1;  // a limit that would overflow the planner's pair test
   EXPECT_THROW(decode_plan(pp), Error);
   pp.config.max_chunks_per_cta = kMaxChunksPerCta;
+  // decode_plan(pp) must raise `kind` naming `arg` (before anything is launched)
+  auto expect_rejected = [&](const char* what, ErrorKind kind, const char* arg) {
+    try {
+      decode_plan(pp);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_EQ(e.arg(), arg) << e.what();
+    }
+  };
   pp.max_seq_len = -1;  // a negative bound, dynamic mode too: rejected by name before anything is launched
-  try {
-    decode_plan(pp);
-    ADD_FAILURE() << "a negative max_seq_len was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kValue) << e.what();
-    EXPECT_EQ(e.arg(), "max_seq_len") << e.what();
-  }
+  expect_rejected("a negative max_seq_len", ErrorKind::kValue, "max_seq_len");
   pp.max_seq_len = 0;
   pp.workspace_bytes -= 4;
   EXPECT_THROW(decode_plan(pp), Error);
@@ -178,13 +182,8 @@ TEST(Validation, PlannerRejectsBeforeLaunch) {
   EXPECT_TRUE(plan_tiles_fit(8, (int64_t{1} << 28) - 1, 64));
   EXPECT_TRUE(plan_tiles_fit(4096 * 8, (int64_t{1} << 20) / 16, 16));  // batch 4096 x 8 heads at 1M tokens
   pp.max_blocks_per_seq = 1 << 28;
-  try {
-    decode_plan(pp);
-    ADD_FAILURE() << "a block table whose full rows overflow the planner's tile sums was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
-    EXPECT_EQ(e.arg(), "max_blocks_per_seq") << e.what();
-  }
+  expect_rejected("a block table whose full rows overflow the planner's tile sums", ErrorKind::kUnsupported,
+                  "max_blocks_per_seq");
 }
 
 TEST(Validation, TensorChecks) {
