@@ -32,6 +32,10 @@ ENTRY, WAITED, CONSUMERS_DONE, SM, NITEMS, PRODUCER_DONE = 0, 1, 2, 3, 4, 5
 ITEM_ISSUED, ITEM_START, ITEM_KDONE, ITEM_STORED = 8, 14, 20, 26
 ITEM_ARRIVED, ITEM_MERGED, ITEM_ACT_DONE = 32, 38, 44  # the epilogue's steps (split pieces, the hand-off)
 GEMMS = ("gate_up", "down")
+# kernel 1's row (src/moe/trace.h, kMoeTracePrepRow; read with which = 2): the one-CTA index build and the
+# quantisation CTAs (the last of them to start / to issue its stores, and the first quantisation CTA's entry)
+PREP_EVENTS = (("index_entry", 0), ("index_done", 1), ("quant_first_entry", 4), ("quant_last_entry", 2),
+               ("quant_last_done", 3))
 
 
 def read_trace(lib, which):
@@ -112,9 +116,22 @@ def analyse(traces):
     return out
 
 
+def analyse_prep(prep_row, traces):
+    """kernel 1's events in µs from the first gate-up CTA's entry (negative: before it); None where not recorded"""
+    first = [r[ENTRY] for r in traces.get("gate_up", []) if r[ENTRY]]
+    if not first or not prep_row:
+        return {}
+    t0 = min(first)
+    return {name: (round((prep_row[s] - t0) / 1000.0, 2) if prep_row[s] else None) for name, s in PREP_EVENTS}
+
+
 def report(title, res):
     print(f"  -- {title}")
+    if res.get("prep"):
+        print(f"   prep (µs from the gate-up's first entry): {res['prep']}")
     for g, rep in res.items():
+        if g == "prep":
+            continue
         print(f"   {g}: {rep['ctas_with_items']} of {rep['ctas']} CTAs ran items on {rep['sms']} SMs; items per "
               f"CTA {rep['items_per_cta']}")
         for k in ("entry", "waited", "producer_done", "consumers_done"):
@@ -150,15 +167,16 @@ def main(argv=None) -> int:
         t = common.time_graph(fns, replays=30)
         print(f"== {case}: {t:.2f} us per call in the graph")
         res = {"case": case, "graph_us": t}
-        raw = {g: read_trace(lib, i) for i, g in enumerate(GEMMS)}
-        res["graph_last"] = analyse(raw)
-        report("graph's last call", res["graph_last"])
-        res["graph_raw"] = raw
-        fns[0]()
-        raw = {g: read_trace(lib, i) for i, g in enumerate(GEMMS)}
-        res["eager"] = analyse(raw)
-        report("eager call", res["eager"])
-        res["eager_raw"] = raw
+        for tag, title in (("graph_last", "graph's last call"), ("eager", "eager call")):
+            if tag == "eager":
+                fns[0]()
+            raw = {g: read_trace(lib, i) for i, g in enumerate(GEMMS)}
+            prep = read_trace(lib, 2)
+            res[tag] = analyse(raw)
+            res[tag]["prep"] = analyse_prep(prep[0] if prep else None, raw)
+            report(title, res[tag])
+            res[tag + "_raw"] = raw
+            res[tag + "_prep_raw"] = prep
         results.append(res)
         del fns
         common.free_cuda()

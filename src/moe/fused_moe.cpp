@@ -25,17 +25,18 @@ int g_moe_trace_grid[2] = {0, 0};           // CTAs of the last traced launch of
 }  // namespace
 
 // Profiling builds only: copies the last call's per-CTA events of one GEMM (which: 0 gate-up, 1 down; moe/trace.h)
-// to `host` ([max_ctas, kMoeTraceSlots] u64) after synchronising the device. Returns the CTAs written, or -1.
+// to `host` ([max_ctas, kMoeTraceSlots] u64) after synchronising the device, or (which = 2) kernel 1's row.
+// Returns the rows written, or -1.
 extern "C" __attribute__((visibility("default"))) int hopperkit_moe_trace_read(unsigned long long* host, int which,
                                                                               int max_ctas) {
   using namespace hopperkit::moe;
-  if (g_moe_trace == nullptr || host == nullptr || which < 0 || which > 1) return -1;
-  const int n = std::min(g_moe_trace_grid[which], max_ctas);
+  if (g_moe_trace == nullptr || host == nullptr || which < 0 || which > 2) return -1;
+  const int n = which == 2 ? std::min(1, max_ctas) : std::min(g_moe_trace_grid[which], max_ctas);
   if (cudaDeviceSynchronize() != cudaSuccess) return -1;
   const size_t row = sizeof(unsigned long long) * kMoeTraceSlots;
-  if (cudaMemcpy(host, g_moe_trace + static_cast<size_t>(which) * kMoeTraceMaxCtas * kMoeTraceSlots, row * n,
-                 cudaMemcpyDeviceToHost) != cudaSuccess)
-    return -1;
+  const size_t first = which == 2 ? static_cast<size_t>(kMoeTracePrepRow) * kMoeTraceSlots
+                                  : static_cast<size_t>(which) * kMoeTraceMaxCtas * kMoeTraceSlots;
+  if (cudaMemcpy(host, g_moe_trace + first, row * n, cudaMemcpyDeviceToHost) != cudaSuccess) return -1;
   return n;
 }
 #endif
@@ -250,19 +251,23 @@ void fused_moe(const MoeParams& p) {
                                       p.intermediate, a.block_m,    a.gate_up_bm,        a.block_scaled};
   const bool bound_ready = bound_ws == static_cast<const void*>(ws) && bound_key == key;
   if (prep_bound) bound_ws = ws, bound_key = key;
+#ifdef HOPPERKIT_MOE_TRACE
+  // profiling builds: each GEMM's CTAs record their events in rows of their own (a grid past the buffer: none),
+  // kernel 1 in the gate-up region's last row (kMoeTracePrepRow)
+  if (g_moe_trace == nullptr) {
+    HK_CUDA_CHECK(cudaMalloc(&g_moe_trace, sizeof(unsigned long long) * 2 * kMoeTraceMaxCtas * kMoeTraceSlots));
+    HK_CUDA_CHECK(cudaMemset(g_moe_trace, 0, sizeof(unsigned long long) * 2 * kMoeTraceMaxCtas * kMoeTraceSlots));
+  }
+  a.trace = g_moe_trace + static_cast<size_t>(kMoeTracePrepRow) * kMoeTraceSlots;
+#endif
   if (prep_bound && bound_ready && a.index_ctas == 1) {
     launch_moe_prep_bound(a, prep_bound, p.stream);
   } else {
     launch_moe_prep(a, p.stream);
   }
 #ifdef HOPPERKIT_MOE_TRACE
-  // profiling builds: each GEMM's CTAs record their events in rows of their own (a grid past the buffer: none)
-  if (g_moe_trace == nullptr) {
-    HK_CUDA_CHECK(cudaMalloc(&g_moe_trace, sizeof(unsigned long long) * 2 * kMoeTraceMaxCtas * kMoeTraceSlots));
-    HK_CUDA_CHECK(cudaMemset(g_moe_trace, 0, sizeof(unsigned long long) * 2 * kMoeTraceMaxCtas * kMoeTraceSlots));
-  }
   MoeKernelArgs a_up = a, a_down = a;
-  a_up.trace = gate_up.grid <= kMoeTraceMaxCtas ? g_moe_trace : nullptr;
+  a_up.trace = gate_up.grid < kMoeTraceMaxCtas ? g_moe_trace : nullptr;
   a_down.trace = down.grid <= kMoeTraceMaxCtas ? g_moe_trace + kMoeTraceMaxCtas * kMoeTraceSlots : nullptr;
   g_moe_trace_grid[0] = a_up.trace ? static_cast<int>(gate_up.grid) : 0;
   g_moe_trace_grid[1] = a_down.trace && stages >= 3 ? static_cast<int>(down.grid) : 0;

@@ -21,6 +21,14 @@
 #include "hopperkit/moe/heuristics.h"
 #include "moe/launch.h"
 
+// Kernel 1's events in trace builds (moe/trace.h, kMoeTracePrepRow); default builds compile none of it.
+#ifdef HOPPERKIT_MOE_TRACE
+#include "moe/trace.h"
+#define HK_MP_ONLY(...) __VA_ARGS__
+#else
+#define HK_MP_ONLY(...)
+#endif
+
 namespace hopperkit {
 namespace moe {
 
@@ -266,6 +274,7 @@ __device__ __forceinline__ void quantise_input(const MoeKernelArgs& a) {
 // quantisation CTAs are the placement kernel's).
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a) {
   launch_dependents();  // the next grid (gate-up, or the index placement) may start; it waits for this one
+  HK_MP_ONLY(const unsigned long long tr_entry = globaltimer();)
   if (static_cast<int>(blockIdx.x) < a.index_ctas) {
     if (a.gemm_index) {
       reset_for_gemm_index(a);
@@ -274,8 +283,17 @@ __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a)
     } else {
       count_index_chunk(a, blockIdx.x);
     }
+    HK_MP_ONLY(__syncthreads(); if (blockIdx.x == 0 && threadIdx.x == 0) {
+      a.trace[kMpIndexEntry] = tr_entry;
+      a.trace[kMpIndexDone] = globaltimer();
+    })
   } else {
     quantise_input(a);
+    HK_MP_ONLY(__syncthreads(); if (threadIdx.x == 0) {
+      atomicMax(a.trace + kMpQuantEntryLast, tr_entry);
+      atomicMax(a.trace + kMpQuantDoneLast, globaltimer());
+      if (static_cast<int>(blockIdx.x) == a.index_ctas) a.trace[kMpQuantEntryFirst] = tr_entry;
+    })
   }
 }
 

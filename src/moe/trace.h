@@ -38,5 +38,18 @@ enum MoeTraceEvent : int {
 };
 static_assert(kMtItemActDone + kMoeTraceItems <= kMoeTraceSlots, "trace slots");
 
+// Kernel 1 (prep.cu, the one-CTA index build with its quantisation CTAs) records into the gate-up region's last
+// row (a gate-up grid never reaches it: its grid is checked against kMoeTraceMaxCtas - 1 in fused_moe.cpp). The
+// quantisation CTAs' slots hold the latest time any of them reached the event (atomicMax: the last call's, as
+// the clock only grows); hopperkit_moe_trace_read(which = 2) returns this row.
+constexpr int kMoeTracePrepRow = kMoeTraceMaxCtas - 1;
+enum MoePrepTraceEvent : int {
+  kMpIndexEntry = 0,      // the index CTA's entry
+  kMpIndexDone = 1,       // the index CTA's last store issued (its threads' barrier passed)
+  kMpQuantEntryLast = 2,  // the last quantisation CTA's entry
+  kMpQuantDoneLast = 3,   // the last quantisation CTA's stores issued
+  kMpQuantEntryFirst = 4, // quantisation CTA 0's entry (the grid's second CTA: one of the first to start)
+};
+
 }  // namespace moe
 }  // namespace hopperkit
