@@ -49,6 +49,8 @@ enum MoePrepTraceEvent : int {
   kMpQuantEntryLast = 2,  // the last quantisation CTA's entry
   kMpQuantDoneLast = 3,   // the last quantisation CTA's stores issued
   kMpQuantEntryFirst = 4, // quantisation CTA 0's entry (the grid's second CTA: one of the first to start)
+  kMpIndexCounted = 5,    // the index CTA: its entries' experts counted (the barrier after the count passed)
+  kMpIndexScanned = 6,    // the index CTA: offsets and tile list written (the barrier after the scan passed)
 };
 
 }  // namespace moe
