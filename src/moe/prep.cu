@@ -141,6 +141,16 @@ __device__ void build_index(const MoeKernelArgs& a) {
   // reset, so that their round trips overlap it and its barrier.
   int e0[kIndexBatch];
   load_batch(0, e0);
+  // The default build (warp scan) with every entry in the first batch (rows <= kPrepThreads x kIndexBatch: every
+  // one-CTA build but a forced one past it): each entry's rank in its expert's range is the count's atomic's
+  // return value, kept with the expert in e0 (expert | rank << 9: kMaxExperts = 512), so that the placement needs
+  // no second pass of atomics; the per-call resets go out now, their bound the most tiles of the call (max_tiles),
+  // while the loads above are in flight.
+  const bool ranked = !a.index_scan_cub && rows <= kPrepThreads * kIndexBatch;
+  static_assert(kMaxExperts <= 512 && kPrepThreads * kIndexBatch <= (1 << 22), "expert | rank << 9 in an int");
+  if (ranked) {
+    reset_handoff_state(a, tid, static_cast<int>(max_tiles(a.num_tokens, a.top_k, E, a.block_m)));
+  }
   for (int e = tid; e < E; e += kPrepThreads) count[e] = 0, cursor[e] = 0;
   if (tid == 0) dropped = 0;
   __syncthreads();
@@ -153,15 +163,26 @@ __device__ void build_index(const MoeKernelArgs& a) {
       load_batch(base, e);
     }
   };
-  for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
-    int e[kIndexBatch];
-    batch_at(base, e);
+  if (ranked) {
 #pragma unroll
     for (int j = 0; j < kIndexBatch; ++j) {
-      if (e[j] >= 0) {
-        atomicAdd(&count[e[j]], 1);
-      } else if (e[j] == -1) {
+      if (e0[j] >= 0) {
+        e0[j] |= atomicAdd(&count[e0[j]], 1) << 9;
+      } else if (e0[j] == -1) {
         ++my_dropped;
+      }
+    }
+  } else {
+    for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
+      int e[kIndexBatch];
+      batch_at(base, e);
+#pragma unroll
+      for (int j = 0; j < kIndexBatch; ++j) {
+        if (e[j] >= 0) {
+          atomicAdd(&count[e[j]], 1);
+        } else if (e[j] == -1) {
+          ++my_dropped;
+        }
       }
     }
   }
@@ -205,6 +226,13 @@ __device__ void build_index(const MoeKernelArgs& a) {
     a.expert_offset[E] = total_rows;
     a.counters[0] = total_tiles;
     a.counters[1] = dropped;
+  }
+  if (ranked) {
+#pragma unroll
+    for (int j = 0; j < kIndexBatch; ++j) {
+      if (e0[j] >= 0) a.sorted_rows[row_off[e0[j] & 511] + (e0[j] >> 9)] = j * kPrepThreads + tid;
+    }
+    return;
   }
   reset_handoff_state(a, tid, total_tiles);
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
