@@ -33,9 +33,10 @@ ITEM_ISSUED, ITEM_START, ITEM_KDONE, ITEM_STORED = 8, 14, 20, 26
 ITEM_ARRIVED, ITEM_MERGED, ITEM_ACT_DONE = 32, 38, 44  # the epilogue's steps (split pieces, the hand-off)
 GEMMS = ("gate_up", "down")
 # kernel 1's row (src/moe/trace.h, kMoeTracePrepRow; read with which = 2): the one-CTA index build and the
-# quantisation CTAs (the last of them to start / to issue its stores, and the first quantisation CTA's entry)
-PREP_EVENTS = (("index_entry", 0), ("index_done", 1), ("quant_first_entry", 4), ("quant_last_entry", 2),
-               ("quant_last_done", 3))
+# quantisation CTAs (the last of them to start / to issue its stores, and the first quantisation CTA's entry); the
+# index CTA also stamps the end of its count and of its offsets / tile list (src/moe/trace.h, MoePrepTraceEvent)
+PREP_EVENTS = (("index_entry", 0), ("index_counted", 5), ("index_scanned", 6), ("index_done", 1),
+               ("quant_first_entry", 4), ("quant_last_entry", 2), ("quant_last_done", 3))
 
 
 def read_trace(lib, which):
