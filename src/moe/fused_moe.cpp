@@ -204,10 +204,6 @@ void fused_moe(const MoeParams& p) {
   const bool chunked = index_mode == 2 || (index_mode == 0 && index_chunked(index_rows, p.num_local_experts,
                                                                              p.num_global_experts));
   a.index_ctas = chunked ? index_ctas(index_rows) : 1;
-  // Measurement aid (not for serving): HOPPERKIT_MOE_INDEX_SCAN=cub makes the one-CTA index build's offsets and
-  // tile list by block-wide cub scans (the build before session 66) instead of one warp's scan (prep.cu).
-  static const int index_scan_cub = env_is("HOPPERKIT_MOE_INDEX_SCAN", "cub") ? 1 : 0;
-  a.index_scan_cub = index_scan_cub;
   a.index_hist = reinterpret_cast<int32_t*>(ws + l.index_hist);
   // Per-tile ready counts between the swapped (16- to 48-row) gate-up and down GEMMs (grouped_gemm.cuh);
   // profiling and test aid: HOPPERKIT_MOE_TILE_READY=0 turns them off (the down then waits for the whole

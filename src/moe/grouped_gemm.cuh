@@ -522,22 +522,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       launch_dependents();
     }
   }
-  // The 16- / 32-row swapped gate-up on kernel 1's index (kTileGuess): the producer loads its first item's tile on
-  // the guess that the items do not split K (task = item = blockIdx.x), in the same round trip as the tile count
-  // below (the main loop takes it where the guess holds), instead of one round trip after it, which the item's
-  // token rows (sorted_rows) and then its A and weight copies wait on. Clamped into the tile list's region
-  // (max_tiles at 16 rows: its size) for CTAs past the tiles. (Issuing the first stages' weights before the A
-  // rows' lookup, as the GEMM index's gate-up does, measured 1.008x: the A rows then queue behind the weights.)
-  // Not in the 48-row tiles: at their 168 registers (2 CTAs per SM) ptxas spilled with the early issue.
-  constexpr bool kTileGuess = kGateUp && C::kSwapAB && !gidx && BM <= 32;
-  [[maybe_unused]] int4 t_guess = make_int4(0, 0, 0, 0);
-  if constexpr (kTileGuess) {
-    static_assert(!kTileGuess || kColFastest, "the guess: tile = task / n_blocks");
-    if (producer) {
-      const int64_t cap = max_tiles(a.num_tokens, a.top_k, a.num_local_experts, 16) - 1;
-      t_guess = a.tiles[min(static_cast<int64_t>(static_cast<int>(blockIdx.x) / n_blocks), cap)];
-    }
-  }
   if constexpr (kPairs) {  // which gate-up ran (tests read it; prep zeroed it before this grid's wait released)
     if (blockIdx.x == 0 && tid == 0) a.counters[5] = 1;
   }
@@ -752,8 +736,6 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
       } else if (gidx) {
         tile = gemm_index_tile<BM>(s_roff, s_toff, a.num_local_experts, tile_idx(task));
         if (u > 0) gemm_index_rows(a, s_roff, tile, s_rows);  // (the first item's: before the wait, above)
-      } else if (kTileGuess && u == 0 && task == static_cast<int>(blockIdx.x)) {
-        tile = t_guess;  // (the same entry: tile_idx(task) = blockIdx.x / n_blocks)
       } else {
         tile = tile_list[tile_idx(task)];
       }

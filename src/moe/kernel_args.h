@@ -68,7 +68,6 @@ struct MoeKernelArgs {
   int even_rounds;            // 1: the swapped gate-up spreads its items over even rounds (gate_up_even_rounds)
   int gemm_index;             // 1: the GEMMs build the routing index, kernel 1 only resets (gemm_index in heuristics.h)
   int split_handoff;          // 1: the per-tensor 16- / 32-row gate-up hands split pieces to its hand-off warp
-  int index_scan_cub;         // 1: the one-CTA index build's scans by cub::BlockScan (measurement aid; prep.cu)
 #ifdef HOPPERKIT_MOE_TRACE
   unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM (trace builds; moe/trace.h)
 #endif

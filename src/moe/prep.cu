@@ -70,58 +70,17 @@ __device__ void reset_for_gemm_index(const MoeKernelArgs& a) {
                       static_cast<int>(max_tiles(a.num_tokens, a.top_k, a.num_local_experts, a.block_m)));
 }
 
-// Warp 0 of the one-CTA index build (all 32 lanes): from the per-expert counts, each expert's first sorted slot
-// (row_off and expert_offset), the tile list, and with 128-row gate-up tiles the wide tile list; the totals (rows,
-// tiles, wide tiles) into s_totals. Lane l takes experts [l * per, (l + 1) * per) (per = ceil(E / 32) <= 16):
-// the sums of its experts, an inclusive scan of them over the lanes, then its experts' offsets and tiles in order.
-__device__ __forceinline__ void index_offsets_warp(const MoeKernelArgs& a, const int* count, int* row_off,
-                                                   int* s_totals) {
-  const int lane = threadIdx.x & 31;
-  const int E = a.num_local_experts, bm = a.block_m;
-  const bool wide = a.gate_up_bm == 128;
-  const int per = (E + 31) / 32;
-  const int e_begin = lane * per, e_end = min(E, e_begin + per);
-  int r_sum = 0, t_sum = 0, w_sum = 0;
-  for (int e = e_begin; e < e_end; ++e) {
-    const int c = count[e];
-    r_sum += c;
-    t_sum += (c + bm - 1) / bm;
-    w_sum += (c + 127) / 128;
-  }
-  int r_incl = r_sum, t_incl = t_sum, w_incl = w_sum;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int r = __shfl_up_sync(0xffffffffu, r_incl, d);
-    const int t = __shfl_up_sync(0xffffffffu, t_incl, d);
-    const int w = __shfl_up_sync(0xffffffffu, w_incl, d);
-    if (lane >= d) r_incl += r, t_incl += t, w_incl += w;
-  }
-  int r_off = r_incl - r_sum, t_off = t_incl - t_sum, w_off = w_incl - w_sum;
-  for (int e = e_begin; e < e_end; ++e) {
-    const int c = count[e];
-    row_off[e] = r_off;
-    a.expert_offset[e] = r_off;
-    for (int begin = r_off; begin < r_off + c; begin += bm, ++t_off) {
-      a.tiles[t_off] = make_int4(e, begin, min(bm, r_off + c - begin), 0);
-    }
-    if (wide) {
-      write_wide_tiles(a, e, r_off, c, w_off);
-      w_off += (c + 127) / 128;
-    }
-    r_off += c;
-  }
-  if (lane == 31) s_totals[0] = r_incl, s_totals[1] = t_incl, s_totals[2] = w_incl;
-}
-
 __device__ void build_index(const MoeKernelArgs& a) {
   __shared__ int count[kMaxExperts], cursor[kMaxExperts], row_off[kMaxExperts];
   __shared__ int dropped;
-  __shared__ int s_totals[3];  // rows, tiles, wide tiles (index_offsets_warp)
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   const int tid = threadIdx.x;
   const int E = a.num_local_experts;
   const int rows = a.num_tokens * a.top_k;
+  for (int e = tid; e < E; e += kPrepThreads) count[e] = 0, cursor[e] = 0;
+  if (tid == 0) dropped = 0;
+  __syncthreads();
   // local expert of entries base + j * kPrepThreads + tid (j < kIndexBatch), -2 past the end
   auto load_batch = [&](int base, int (&e)[kIndexBatch]) {
 #pragma unroll
@@ -135,26 +94,12 @@ __device__ void build_index(const MoeKernelArgs& a) {
       e[j] = r < rows ? moe_local_expert(a, e[j]) : -2;
     }
   };
+  int my_dropped = 0;
   // the first batch's experts stay in registers for the placement below, which then does not reload them (two
   // dependent global round trips, the topk id and then the expert map, on the prep kernel's critical path); up
-  // to kPrepThreads x kIndexBatch entries (every decode call) that is every entry. Loaded before the counts'
-  // reset, so that their round trips overlap it and its barrier.
+  // to kPrepThreads x kIndexBatch entries (every decode call) that is every entry
   int e0[kIndexBatch];
   load_batch(0, e0);
-  // The default build (warp scan) with every entry in the first batch (rows <= kPrepThreads x kIndexBatch: every
-  // one-CTA build but a forced one past it): each entry's rank in its expert's range is the count's atomic's
-  // return value, kept with the expert in e0 (expert | rank << 9: kMaxExperts = 512), so that the placement needs
-  // no second pass of atomics; the per-call resets go out now, their bound the most tiles of the call (max_tiles),
-  // while the loads above are in flight.
-  const bool ranked = !a.index_scan_cub && rows <= kPrepThreads * kIndexBatch;
-  static_assert(kMaxExperts <= 512 && kPrepThreads * kIndexBatch <= (1 << 22), "expert | rank << 9 in an int");
-  if (ranked) {
-    reset_handoff_state(a, tid, static_cast<int>(max_tiles(a.num_tokens, a.top_k, E, a.block_m)));
-  }
-  for (int e = tid; e < E; e += kPrepThreads) count[e] = 0, cursor[e] = 0;
-  if (tid == 0) dropped = 0;
-  __syncthreads();
-  int my_dropped = 0;
   auto batch_at = [&](int base, int (&e)[kIndexBatch]) {  // the kept first batch, or a later one loaded
     if (base == 0) {
 #pragma unroll
@@ -163,76 +108,48 @@ __device__ void build_index(const MoeKernelArgs& a) {
       load_batch(base, e);
     }
   };
-  if (ranked) {
+  for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
+    int e[kIndexBatch];
+    batch_at(base, e);
 #pragma unroll
     for (int j = 0; j < kIndexBatch; ++j) {
-      if (e0[j] >= 0) {
-        e0[j] |= atomicAdd(&count[e0[j]], 1) << 9;
-      } else if (e0[j] == -1) {
+      if (e[j] >= 0) {
+        atomicAdd(&count[e[j]], 1);
+      } else if (e[j] == -1) {
         ++my_dropped;
-      }
-    }
-  } else {
-    for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
-      int e[kIndexBatch];
-      batch_at(base, e);
-#pragma unroll
-      for (int j = 0; j < kIndexBatch; ++j) {
-        if (e[j] >= 0) {
-          atomicAdd(&count[e[j]], 1);
-        } else if (e[j] == -1) {
-          ++my_dropped;
-        }
       }
     }
   }
   if (my_dropped) atomicAdd(&dropped, my_dropped);
   __syncthreads();
   HK_MP_ONLY(if (tid == 0) a.trace[kMpIndexCounted] = globaltimer();)
-  int total_rows, total_tiles;
-  if (a.index_scan_cub) {  // measurement aid: the scans by cub::BlockScan over all threads
-    const int c = tid < E ? count[tid] : 0;
-    const int t = (c + a.block_m - 1) / a.block_m;
-    int c_off, t_off;
-    Scan(scan_tmp).ExclusiveSum(c, c_off, total_rows);
-    __syncthreads();
-    Scan(scan_tmp).ExclusiveSum(t, t_off, total_tiles);
-    if (tid < E) {
-      row_off[tid] = c_off;
-      a.expert_offset[tid] = c_off;
-      for (int i = 0; i < t; ++i) {
-        const int begin = c_off + i * a.block_m;
-        a.tiles[t_off + i] = make_int4(tid, begin, min(a.block_m, c_off + c - begin), 0);
-      }
+  const int c = tid < E ? count[tid] : 0;
+  const int t = (c + a.block_m - 1) / a.block_m;
+  int c_off, t_off, total_rows, total_tiles;
+  Scan(scan_tmp).ExclusiveSum(c, c_off, total_rows);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(t, t_off, total_tiles);
+  if (tid < E) {
+    row_off[tid] = c_off;
+    a.expert_offset[tid] = c_off;
+    for (int i = 0; i < t; ++i) {
+      const int begin = c_off + i * a.block_m;
+      a.tiles[t_off + i] = make_int4(tid, begin, min(a.block_m, c_off + c - begin), 0);
     }
+  }
+  __syncthreads();
+  if (a.gate_up_bm == 128) {  // the wide gate-up's 128-row tiles over the same ranges (uniform branch)
+    int w_off, total_wide;
+    Scan(scan_tmp).ExclusiveSum((c + 127) / 128, w_off, total_wide);
+    if (tid < E) write_wide_tiles(a, tid, c_off, c, w_off);
+    if (tid == 0) a.counters[2] = total_wide;
     __syncthreads();
-    if (a.gate_up_bm == 128) {  // the wide gate-up's 128-row tiles over the same ranges (uniform branch)
-      int w_off, total_wide;
-      Scan(scan_tmp).ExclusiveSum((c + 127) / 128, w_off, total_wide);
-      if (tid < E) write_wide_tiles(a, tid, c_off, c, w_off);
-      if (tid == 0) a.counters[2] = total_wide;
-      __syncthreads();
-    }
-  } else {
-    // one warp: three barriers fewer than the block-wide scans, and no raking pass over 1024 slots
-    if (tid < 32) index_offsets_warp(a, count, row_off, s_totals);
-    __syncthreads();
-    total_rows = s_totals[0];
-    total_tiles = s_totals[1];
-    if (tid == 0 && a.gate_up_bm == 128) a.counters[2] = s_totals[2];
   }
   HK_MP_ONLY(if (tid == 0) a.trace[kMpIndexScanned] = globaltimer();)
   if (tid == 0) {
     a.expert_offset[E] = total_rows;
     a.counters[0] = total_tiles;
     a.counters[1] = dropped;
-  }
-  if (ranked) {
-#pragma unroll
-    for (int j = 0; j < kIndexBatch; ++j) {
-      if (e0[j] >= 0) a.sorted_rows[row_off[e0[j] & 511] + (e0[j] >> 9)] = j * kPrepThreads + tid;
-    }
-    return;
   }
   reset_handoff_state(a, tid, total_tiles);
   for (int base = 0; base < rows; base += kPrepThreads * kIndexBatch) {
