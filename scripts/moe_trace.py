@@ -117,13 +117,18 @@ def analyse(traces):
     return out
 
 
+STALE_US = 1000.0  # a kernel 1 event this long before the gate-up's first entry is an earlier call's (src/moe/trace.h)
+
+
 def analyse_prep(prep_row, traces):
-    """kernel 1's events in µs from the first gate-up CTA's entry (negative: before it); None where not recorded"""
+    """kernel 1's events in µs from the first gate-up CTA's entry (negative: before it); None where not recorded
+    by this call (never written, or left by an earlier call: a bound prep kernel or an FP8 input records none)"""
     first = [r[ENTRY] for r in traces.get("gate_up", []) if r[ENTRY]]
     if not first or not prep_row:
         return {}
     t0 = min(first)
-    return {name: (round((prep_row[s] - t0) / 1000.0, 2) if prep_row[s] else None) for name, s in PREP_EVENTS}
+    us = {name: (prep_row[s] - t0) / 1000.0 if prep_row[s] else None for name, s in PREP_EVENTS}
+    return {name: (round(v, 2) if v is not None and v > -STALE_US else None) for name, v in us.items()}
 
 
 def report(title, res):

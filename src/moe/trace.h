@@ -41,7 +41,9 @@ static_assert(kMtItemActDone + kMoeTraceItems <= kMoeTraceSlots, "trace slots");
 // Kernel 1 (prep.cu, the one-CTA index build with its quantisation CTAs) records into the gate-up region's last
 // row (a gate-up grid never reaches it: its grid is checked against kMoeTraceMaxCtas - 1 in fused_moe.cpp). The
 // quantisation CTAs' slots hold the latest time any of them reached the event (atomicMax: the last call's, as
-// the clock only grows); hopperkit_moe_trace_read(which = 2) returns this row.
+// the clock only grows); hopperkit_moe_trace_read(which = 2) returns this row. "The index CTA" is kernel 1's CTA 0:
+// with the index built in chunks its first count CTA, with the GEMM index its resets. A call that runs no such CTA
+// (HOPPERKIT_MOE_PREP_BOUND's kernel, an FP8 input: no quantisation CTAs) leaves an earlier call's times.
 constexpr int kMoeTracePrepRow = kMoeTraceMaxCtas - 1;
 enum MoePrepTraceEvent : int {
   kMpIndexEntry = 0,      // the index CTA's entry
