@@ -15,8 +15,11 @@ SKIP=0
 if [ "${1:-}" = "--skip" ]; then SKIP=$2; shift 2; fi
 [ "${1:-}" = "--" ] && shift
 if [ ! -d bench/anchors ] && [ -d ../shared/anchors ]; then mkdir -p bench/anchors && cp ../shared/anchors/*.json bench/anchors/; fi
+# NCU_ARGS: more ncu options, e.g. "--warp-sampling-interval 0" for a kernel of one or a few CTAs (the default
+# interval gave 5 samples for the MoE index build's single ~5 µs CTA, session 66)
+# shellcheck disable=SC2086
 timeout "${PROFILE_TIMEOUT:-200}" ncu --clock-control none --profile-from-start off --kernel-name "regex:$KRE" \
-  --launch-skip "$SKIP" --launch-count 1 --section SourceCounters --section WarpStateStats \
+  --launch-skip "$SKIP" --launch-count 1 --section SourceCounters --section WarpStateStats ${NCU_ARGS:-} \
   --page source --print-source sass --csv "$@" > "$OUT/sass_$NAME.csv" 2> "/tmp/sass_$NAME.err"
 echo "ncu exit $? ($(wc -l < "$OUT/sass_$NAME.csv") lines)"; tail -3 "/tmp/sass_$NAME.err"
 # top instructions, the mbarrier waits (samples on the branch that loops on each), per-region stalls: see

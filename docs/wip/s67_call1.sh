@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 66 (not run): the per-instruction stall reasons of the MoE kernel 1's one-CTA index build
+# Session 66 (run as its calls 4-5; call 5 with the sampling interval now passed below): the per-instruction stall reasons of the MoE kernel 1's one-CTA index build
 # (docs/moe.md, Next, session 66: 3.3-4.9 µs whatever its work). No code change: main's build, installed by
 # gpu_round.sh (no tests selected), then Nsight Compute's source page over one kernel-1 launch at qwen3 TP8 256
 # tokens, twice: HOPPERKIT_MOE_PREP_BOUND=2 (the index build alone, one CTA: every sample is the build's), then
@@ -14,7 +14,8 @@ t0=$(date +%s)
 TEST_TIMEOUT=60 bash scripts/gpu_round.sh --no-bench --tests ab_selects_none > "$OUT/round.log" 2>&1
 echo "build rc=$? $(( $(date +%s) - t0 ))s"; grep -E "built|FAILED" "$OUT/round.log" | head -3
 for v in index:2 full:0; do n=${v%%:*} pb=${v#*:}
-  HOPPERKIT_MOE_PREP_BOUND=$pb OUT="$OUT" SASS_DIGEST_ARGS="--context 2" bash scripts/profile_sass.sh "prep_$n" \
+  HOPPERKIT_MOE_PREP_BOUND=$pb OUT="$OUT" SASS_DIGEST_ARGS="--context 2" NCU_ARGS="--warp-sampling-interval 0" \
+    bash scripts/profile_sass.sh "prep_$n" \
     moe_prep_kernel -- python3 -m bench.moe_stages --ncu --cases qwen3-235b:tp8_ep1:per_tensor:256 \
     > "$OUT/prof_$n.log" 2>&1
   echo "profile $n rc=$? $(( $(date +%s) - t0 ))s"; head -70 "$OUT/prof_$n.log"
