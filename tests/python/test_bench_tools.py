@@ -271,6 +271,31 @@ def test_moe_stage_bytes_and_read_target_counts():
     assert bs4[-3:] == ["11.0", "14.0", "0.86"]                        # read1, read2, hopperkit / read2
 
 
+def test_moe_trace_prep_events_relative_and_stale():
+    """scripts/moe_trace.py: kernel 1's events (src/moe/trace.h's prep row) in µs from the gate-up grid's first CTA
+    entry, the ones never written None, and the ones an earlier call left (a bound prep kernel or an FP8 input writes
+    none) None rather than a time thousands of µs before the call."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("moe_trace", root / "scripts" / "moe_trace.py")
+    mt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mt)
+    t0 = 5_000_000_000  # ns
+    gate_up = [[0] * mt.SLOTS for _ in range(3)]
+    gate_up[0][mt.ENTRY], gate_up[1][mt.ENTRY] = t0 + 200, t0  # the first entry is the smallest, not row 0's
+    prep = [0] * mt.SLOTS
+    ev = dict(mt.PREP_EVENTS)
+    prep[ev["index_entry"]] = t0 - 500
+    prep[ev["index_done"]] = t0 + 4_300
+    prep[ev["quant_last_done"]] = t0 - 20_000_000  # 20 ms before: an earlier call's
+    out = mt.analyse_prep(prep, {"gate_up": gate_up, "down": []})
+    assert out["index_entry"] == -0.5 and out["index_done"] == 4.3
+    assert out["quant_last_done"] is None and out["index_counted"] is None
+    assert set(out) == set(ev)
+    assert mt.analyse_prep(None, {"gate_up": gate_up}) == {}
+    assert mt.analyse_prep(prep, {"gate_up": [[0] * mt.SLOTS]}) == {}  # no gate-up CTA entered
+
+
 def test_profile_plan_parses_scenario_lengths():
     """bench.profile_plan reads lengths as decode_scenarios.json spells them; anything else is a ValueError."""
     from bench.profile_plan import parse_lens
