@@ -117,7 +117,9 @@ def analyse(traces):
     return out
 
 
-STALE_US = 1000.0  # a kernel 1 event this long before the gate-up's first entry is an earlier call's (src/moe/trace.h)
+# a kernel 1 event this long before the gate-up's first entry is an earlier call's (src/moe/trace.h); a stamp left by
+# the call just before (~100 µs earlier in a graph) would pass, which cannot happen with one configuration per case
+STALE_US = 1000.0
 
 
 def analyse_prep(prep_row, traces):

@@ -30,7 +30,7 @@ int g_moe_trace_grid[2] = {0, 0};           // CTAs of the last traced launch of
 extern "C" __attribute__((visibility("default"))) int hopperkit_moe_trace_read(unsigned long long* host, int which,
                                                                               int max_ctas) {
   using namespace hopperkit::moe;
-  if (g_moe_trace == nullptr || host == nullptr || which < 0 || which > 2) return -1;
+  if (g_moe_trace == nullptr || host == nullptr || which < 0 || which > 2 || max_ctas < 1) return -1;
   const int n = which == 2 ? std::min(1, max_ctas) : std::min(g_moe_trace_grid[which], max_ctas);
   if (cudaDeviceSynchronize() != cudaSuccess) return -1;
   const size_t row = sizeof(unsigned long long) * kMoeTraceSlots;

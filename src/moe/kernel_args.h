@@ -69,7 +69,8 @@ struct MoeKernelArgs {
   int gemm_index;             // 1: the GEMMs build the routing index, kernel 1 only resets (gemm_index in heuristics.h)
   int split_handoff;          // 1: the per-tensor 16- / 32-row gate-up hands split pieces to its hand-off warp
 #ifdef HOPPERKIT_MOE_TRACE
-  unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM (trace builds; moe/trace.h)
+  unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM, or kernel 1's one row
+                              // [kMoeTraceSlots] (trace builds; moe/trace.h)
 #endif
 };
 
