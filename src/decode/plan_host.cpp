@@ -123,8 +123,7 @@ void decode_plan_cpu(const DecodePlanConfig& config, const int32_t* seq_lens, in
                      int max_blocks_per_seq, int max_seq_len, void* workspace_host) {
   HK_CHECK(kValue, batch >= 0 && batch <= config.max_batch, "batch", "0.." + std::to_string(config.max_batch),
            batch);
-  HK_CHECK(kValue, max_blocks_per_seq >= 1, "max_blocks_per_seq", ">= 1", max_blocks_per_seq);
-  check_plan_tiles_fit(static_cast<int64_t>(batch) * config.num_kv_heads, max_blocks_per_seq, block_size);
+  check_plan_block_table(static_cast<int64_t>(batch) * config.num_kv_heads, max_blocks_per_seq, block_size);
   DecodePlanView v = decode_plan_view(config, workspace_host);
   const int H = config.num_kv_heads;
   const int P = batch * H;

@@ -17,8 +17,10 @@ inline bool plan_tiles_fit(int64_t pairs, int64_t max_blocks_per_seq, int64_t bl
   const int64_t tiles_per_pair = (max_blocks_per_seq * block_size + kTileTokens - 1) / kTileTokens;
   return pairs * tiles_per_pair < (int64_t{1} << 31);
 }
-// The same as the typed error both planners (decode_plan, decode_plan_cpu) raise.
-inline void check_plan_tiles_fit(int64_t pairs, int max_blocks_per_seq, int block_size) {
+// The block table's checks both planners (decode_plan, decode_plan_cpu) make, as typed errors: at least one column,
+// and the tile sums of full rows within int32.
+inline void check_plan_block_table(int64_t pairs, int max_blocks_per_seq, int block_size) {
+  HK_CHECK(kValue, max_blocks_per_seq >= 1, "max_blocks_per_seq", ">= 1", max_blocks_per_seq);
   HK_CHECK(kUnsupported, plan_tiles_fit(pairs, max_blocks_per_seq, block_size), "max_blocks_per_seq",
            "batch x num_kv_heads x tiles of a full block_table row (64 tokens each) below 2^31", max_blocks_per_seq);
 }

@@ -270,8 +270,7 @@ DecodePlanLaunch decode_plan(const DecodePlanParams& pp) {
            pp.batch);
   HK_CHECK(kValue, pp.block_size == 16 || pp.block_size == 32 || pp.block_size == 64 || pp.block_size == 128,
            "block_size", "16, 32, 64 or 128", pp.block_size);
-  HK_CHECK(kValue, pp.max_blocks_per_seq >= 1, "max_blocks_per_seq", ">= 1", pp.max_blocks_per_seq);
-  check_plan_tiles_fit(static_cast<int64_t>(pp.batch) * c.num_kv_heads, pp.max_blocks_per_seq, pp.block_size);
+  check_plan_block_table(static_cast<int64_t>(pp.batch) * c.num_kv_heads, pp.max_blocks_per_seq, pp.block_size);
   HK_CHECK(kValue, pp.seq_lens != nullptr || pp.batch == 0, "seq_lens", "a device pointer", "null");
   HK_CHECK(kValue, pp.workspace != nullptr, "workspace", "a device pointer", "null");
   const DecodePlanLayout layout = decode_plan_layout(c);

@@ -48,16 +48,14 @@
 #include "moe/gemm_index.cuh"
 #include "moe/kernel_args.h"
 
-// Per-CTA event trace (moe/trace.h): compiled only with -DHOPPERKIT_MOE_TRACE.
-#ifdef HOPPERKIT_MOE_TRACE
+// Per-CTA event trace (moe/trace.h: HK_MT_ONLY): compiled only with -DHOPPERKIT_MOE_TRACE.
 #include "moe/trace.h"
-#define HK_MT_ONLY(...) __VA_ARGS__
+#ifdef HOPPERKIT_MOE_TRACE
 #define HK_MT_SET(ev, val)                                                                                \
   do {                                                                                                    \
     if (a.trace) a.trace[blockIdx.x * kMoeTraceSlots + (ev)] = static_cast<unsigned long long>(val);    \
   } while (0)
 #else
-#define HK_MT_ONLY(...)
 #define HK_MT_SET(ev, val) \
   do {                     \
   } while (0)

@@ -20,14 +20,7 @@
 #include "hopperkit/error.h"
 #include "hopperkit/moe/heuristics.h"
 #include "moe/launch.h"
-
-// Kernel 1's events in trace builds (moe/trace.h, kMoeTracePrepRow); default builds compile none of it.
-#ifdef HOPPERKIT_MOE_TRACE
-#include "moe/trace.h"
-#define HK_MP_ONLY(...) __VA_ARGS__
-#else
-#define HK_MP_ONLY(...)
-#endif
+#include "moe/trace.h"  // kernel 1's events in trace builds (HK_MT_ONLY, kMoeTracePrepRow); default builds: none
 
 namespace hopperkit {
 namespace moe {
@@ -122,7 +115,7 @@ __device__ void build_index(const MoeKernelArgs& a) {
   }
   if (my_dropped) atomicAdd(&dropped, my_dropped);
   __syncthreads();
-  HK_MP_ONLY(if (tid == 0) a.trace[kMpIndexCounted] = globaltimer();)
+  HK_MT_ONLY(if (tid == 0) a.trace[kMpIndexCounted] = globaltimer();)
   const int c = tid < E ? count[tid] : 0;
   const int t = (c + a.block_m - 1) / a.block_m;
   int c_off, t_off, total_rows, total_tiles;
@@ -145,7 +138,7 @@ __device__ void build_index(const MoeKernelArgs& a) {
     if (tid == 0) a.counters[2] = total_wide;
     __syncthreads();
   }
-  HK_MP_ONLY(if (tid == 0) a.trace[kMpIndexScanned] = globaltimer();)
+  HK_MT_ONLY(if (tid == 0) a.trace[kMpIndexScanned] = globaltimer();)
   if (tid == 0) {
     a.expert_offset[E] = total_rows;
     a.counters[0] = total_tiles;
@@ -276,7 +269,7 @@ __device__ __forceinline__ void quantise_input(const MoeKernelArgs& a) {
 // quantisation CTAs are the placement kernel's).
 __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a) {
   launch_dependents();  // the next grid (gate-up, or the index placement) may start; it waits for this one
-  HK_MP_ONLY(const unsigned long long tr_entry = globaltimer();)
+  HK_MT_ONLY(const unsigned long long tr_entry = globaltimer();)
   if (static_cast<int>(blockIdx.x) < a.index_ctas) {
     if (a.gemm_index) {
       reset_for_gemm_index(a);
@@ -285,13 +278,13 @@ __global__ void __launch_bounds__(kPrepThreads) moe_prep_kernel(MoeKernelArgs a)
     } else {
       count_index_chunk(a, blockIdx.x);
     }
-    HK_MP_ONLY(__syncthreads(); if (blockIdx.x == 0 && threadIdx.x == 0) {
+    HK_MT_ONLY(__syncthreads(); if (blockIdx.x == 0 && threadIdx.x == 0) {
       a.trace[kMpIndexEntry] = tr_entry;
       a.trace[kMpIndexDone] = globaltimer();
     })
   } else {
     quantise_input(a);
-    HK_MP_ONLY(__syncthreads(); if (threadIdx.x == 0) {
+    HK_MT_ONLY(__syncthreads(); if (threadIdx.x == 0) {
       atomicMax(a.trace + kMpQuantEntryLast, tr_entry);
       atomicMax(a.trace + kMpQuantDoneLast, globaltimer());
       if (static_cast<int>(blockIdx.x) == a.index_ctas) a.trace[kMpQuantEntryFirst] = tr_entry;

@@ -7,6 +7,13 @@
 // and their arguments are unchanged.
 #pragma once
 
+// HK_MT_ONLY(code): the code in trace builds only (the GEMMs' and kernel 1's events); nothing in default builds.
+#ifdef HOPPERKIT_MOE_TRACE
+#define HK_MT_ONLY(...) __VA_ARGS__
+#else
+#define HK_MT_ONLY(...)
+#endif
+
 namespace hopperkit {
 namespace moe {
 
