@@ -24,7 +24,8 @@ constexpr int kReduceChunk = 8;  // rows loaded together (4 registers each)
 // GEMM, each next one while the current vector's rows are in flight, so that a thread's only dependent latency
 // per vector is its row loads (prefill: the rows are ~300 MB and the grid is what stays resident, so a vector's
 // routing -> rows chain would otherwise be paid once per vector, session 6). kK: the largest top_k handled
-// (8: most models, 3 CTAs per SM (4 spill); 16: two chunks of 8 rows, 2 CTAs per SM).
+// (8: most models, 3 CTAs per SM in the loop; 16: two chunks of 8 rows, 2 CTAs per SM). At 4 CTAs per SM (the
+// one-round kernel below: 64 registers) one 8-byte register pair spills, in the row address arithmetic.
 template <int kK>
 struct Route {
   float w[kK];
@@ -47,8 +48,11 @@ __device__ __forceinline__ Route<kK> load_route(const MoeKernelArgs& a, int64_t 
   return r;
 }
 
-template <int kK>
-__global__ void __launch_bounds__(kReduceThreads, kK == 8 ? 3 : 2) moe_reduce_kernel(const MoeKernelArgs a) {
+// kOneRound: the grid has a thread for every vector (launch_moe_reduce), so no thread loops and none loads a next
+// vector's routing; 4 CTAs per SM (kReduceOneRoundCtasPerSm) make that grid fit up to 264 tokens at H = 4096 on
+// 132 SMs. The loop kernels compile as before it (SASS compared, session 67).
+template <int kK, int kMinCtasPerSm, bool kOneRound>
+__global__ void __launch_bounds__(kReduceThreads, kMinCtasPerSm) moe_reduce_kernel(const MoeKernelArgs a) {
   const int vecs = a.hidden_size / 8;  // 8 bf16 per thread
   const int64_t total = static_cast<int64_t>(a.num_tokens) * vecs;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kReduceThreads;
@@ -60,7 +64,7 @@ __global__ void __launch_bounds__(kReduceThreads, kK == 8 ? 3 : 2) moe_reduce_ke
   for (; v < total; v += stride) {
     const int64_t t = v / vecs;
     const int col = static_cast<int>(v % vecs) * 8;
-    const bool more = v + stride < total;
+    const bool more = !kOneRound && v + stride < total;
     Route<kK> nxt;
     float acc[8] = {};
 #pragma unroll
@@ -103,26 +107,41 @@ __global__ void __launch_bounds__(kReduceThreads, kK == 8 ? 3 : 2) moe_reduce_ke
     o.w = pack_bf16x2(acc[6], acc[7]);
     *reinterpret_cast<uint4*>(a.out + t * a.out_stride + col) = o;
     if (more) cur = nxt;
+    if (kOneRound) break;
   }
 }
 
-template <int kK>
-void launch_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
+constexpr int kReduceOneRoundCtasPerSm = 4;
+
+// A grid of up to `resident` CTAs of `kernel` (cached per device in `cache`); false if the call's vectors need
+// more than that and kNeedAll (the one-round kernel) asks for all of them.
+template <bool kNeedAll, class Kernel>
+bool launch_reduce_grid(Kernel kernel, const MoeKernelArgs& a, cudaStream_t stream,
+                        std::atomic<int> (&cache)[kMaxDevices], const char* what) {
   const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
   const int64_t blocks = (total + kReduceThreads - 1) / kReduceThreads;
-  static std::atomic<int> cache[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
-  const int64_t resident = resident_ctas(moe_reduce_kernel<kK>, kReduceThreads, 0, cache, "moe reduce");
+  const int64_t resident = resident_ctas(kernel, kReduceThreads, 0, cache, what);
+  if (kNeedAll && blocks > resident) return false;
   const dim3 grid(static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident));
-  launch_with_pdl(moe_reduce_kernel<kK>, grid, dim3(kReduceThreads), 0, stream, a);
+  launch_with_pdl(kernel, grid, dim3(kReduceThreads), 0, stream, a);
+  return true;
 }
 
 }  // namespace
 
 void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
+  // per device: CTAs per SM x SMs of each kernel (0: not measured yet)
+  static std::atomic<int> one_round[kMaxDevices] = {}, loop8[kMaxDevices] = {}, loop16[kMaxDevices] = {};
   if (a.top_k <= kReduceChunk) {
-    launch_reduce<kReduceChunk>(a, stream);
-  } else {
-    launch_reduce<kMaxTopK>(a, stream);
+    // one round where every vector gets a thread (decode: up to 264 tokens at H = 4096; session 67: 0.982-0.989x
+    // at hy3 / qwen3 TP8 and EP8 256 tokens, where the loop's grid ran 1.29 vectors per thread)
+    if (launch_reduce_grid<true>(moe_reduce_kernel<kReduceChunk, kReduceOneRoundCtasPerSm, true>, a, stream,
+                                 one_round, "moe reduce (one round)")) {
+      return;
+    }
+    launch_reduce_grid<false>(moe_reduce_kernel<kReduceChunk, 3, false>, a, stream, loop8, "moe reduce");
+  } else {  // top_k 9-16: two chunks of 8 rows
+    launch_reduce_grid<false>(moe_reduce_kernel<kMaxTopK, 2, false>, a, stream, loop16, "moe reduce");
   }
 }
 

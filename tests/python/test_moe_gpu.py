@@ -152,6 +152,14 @@ def test_shared_output_and_invalid_ids(block):
     run_case(40, 256, 128, 8, 2, block, shared=True, invalid_ids=True, seed=5)
 
 
+@pytest.mark.parametrize("T", [264, 265])
+def test_reduce_one_round_boundary(T):
+    # H = 4096: 2 T reduce CTAs of 256 threads (one 8-column vector each). On 132 SMs 264 tokens fill the one-round
+    # grid (4 CTAs per SM: 528) and 265 take the looping kernel (3 per SM, a second vector for some threads); with a
+    # shared expert's output and invalid ids (rows the reduce skips) on both sides
+    run_case(T, 4096, 64, 16, 8, False, shared=True, invalid_ids=True, seed=T)
+
+
 def test_per_tensor_intermediate_192_and_hidden_192():
     run_case(33, 192, 192, 12, 3, False, seed=3)  # multiples of 64 only: K and N tails of the 128-wide tiles
 
