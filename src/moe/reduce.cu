@@ -48,9 +48,9 @@ __device__ __forceinline__ Route<kK> load_route(const MoeKernelArgs& a, int64_t 
   return r;
 }
 
-// kOneRound: the grid has a thread for every vector (launch_moe_reduce), so no thread loops and none loads a next
-// vector's routing; 4 CTAs per SM (kReduceOneRoundCtasPerSm) make that grid fit up to 264 tokens at H = 4096 on
-// 132 SMs. The loop kernels compile as before it (SASS compared, session 67).
+// kOneRound: the grid has a thread for every vector (launch_moe_reduce, reduce_one_round in heuristics.h), so no
+// thread loops and none loads a next vector's routing; 4 CTAs per SM (kReduceOneRoundCtasPerSm) make that grid
+// hold up to 264 tokens at H = 4096 on 132 SMs. The loop kernels compile as before it (SASS compared, session 67).
 template <int kK, int kMinCtasPerSm, bool kOneRound>
 __global__ void __launch_bounds__(kReduceThreads, kMinCtasPerSm) moe_reduce_kernel(const MoeKernelArgs a) {
   const int vecs = a.hidden_size / 8;  // 8 bf16 per thread
@@ -113,35 +113,34 @@ __global__ void __launch_bounds__(kReduceThreads, kMinCtasPerSm) moe_reduce_kern
 
 constexpr int kReduceOneRoundCtasPerSm = 4;
 
-// A grid of up to `resident` CTAs of `kernel` (cached per device in `cache`); false if the call's vectors need
-// more than that and kNeedAll (the one-round kernel) asks for all of them.
-template <bool kNeedAll, class Kernel>
-bool launch_reduce_grid(Kernel kernel, const MoeKernelArgs& a, cudaStream_t stream,
-                        std::atomic<int> (&cache)[kMaxDevices], const char* what) {
-  const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
-  const int64_t blocks = (total + kReduceThreads - 1) / kReduceThreads;
-  const int64_t resident = resident_ctas(kernel, kReduceThreads, 0, cache, what);
-  if (kNeedAll && blocks > resident) return false;
-  const dim3 grid(static_cast<unsigned>(blocks < resident ? (blocks > 0 ? blocks : 1) : resident));
+template <class Kernel>
+void launch_reduce_grid(Kernel kernel, int64_t ctas, int64_t resident, const MoeKernelArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ctas < resident ? (ctas > 0 ? ctas : 1) : resident));
   launch_with_pdl(kernel, grid, dim3(kReduceThreads), 0, stream, a);
-  return true;
 }
 
 }  // namespace
 
 void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(a.num_tokens) * (a.hidden_size / 8);
+  const int64_t ctas = (total + kReduceThreads - 1) / kReduceThreads;
   // per device: CTAs per SM x SMs of each kernel (0: not measured yet)
-  static std::atomic<int> one_round[kMaxDevices] = {}, loop8[kMaxDevices] = {}, loop16[kMaxDevices] = {};
+  static std::atomic<int> one_round_cache[kMaxDevices] = {}, loop8_cache[kMaxDevices] = {},
+                          loop16_cache[kMaxDevices] = {};
   if (a.top_k <= kReduceChunk) {
-    // one round where every vector gets a thread (decode: up to 264 tokens at H = 4096; session 67: 0.982-0.989x
-    // at hy3 / qwen3 TP8 and EP8 256 tokens, where the loop's grid ran 1.29 vectors per thread)
-    if (launch_reduce_grid<true>(moe_reduce_kernel<kReduceChunk, kReduceOneRoundCtasPerSm, true>, a, stream,
-                                 one_round, "moe reduce (one round)")) {
-      return;
+    const auto loop = moe_reduce_kernel<kReduceChunk, 3, false>;
+    const auto one_round = moe_reduce_kernel<kReduceChunk, kReduceOneRoundCtasPerSm, true>;
+    const int64_t loop_resident = resident_ctas(loop, kReduceThreads, 0, loop8_cache, "moe reduce");
+    const int64_t one_round_resident =
+        resident_ctas(one_round, kReduceThreads, 0, one_round_cache, "moe reduce (one round)");
+    if (reduce_one_round(ctas, loop_resident, one_round_resident)) {  // heuristics.h
+      launch_reduce_grid(one_round, ctas, one_round_resident, a, stream);
+    } else {
+      launch_reduce_grid(loop, ctas, loop_resident, a, stream);
     }
-    launch_reduce_grid<false>(moe_reduce_kernel<kReduceChunk, 3, false>, a, stream, loop8, "moe reduce");
   } else {  // top_k 9-16: two chunks of 8 rows
-    launch_reduce_grid<false>(moe_reduce_kernel<kMaxTopK, 2, false>, a, stream, loop16, "moe reduce");
+    const auto loop = moe_reduce_kernel<kMaxTopK, 2, false>;
+    launch_reduce_grid(loop, ctas, resident_ctas(loop, kReduceThreads, 0, loop16_cache, "moe reduce"), a, stream);
   }
 }
 

@@ -156,6 +156,23 @@ TEST(MoeHeuristics, GateUpEvenRoundsWithFewDownTasks) {
   EXPECT_EQ(gate_up_even_rounds(false, 128, true), 0);
 }
 
+TEST(MoeHeuristics, ReduceOneRoundWhereTheLoopNeedsASecondRound) {
+  // (CTAs of 256 vectors the call needs, resident CTAs of the loop kernel and of the one-round kernel): an H200's
+  // 132 SMs at 3 and 4 CTAs per SM; H = 4096 is 2 CTAs per token, DeepSeek-V3's 7168 3.5
+  const int64_t loop = 3 * 132, one = 4 * 132;
+  EXPECT_FALSE(reduce_one_round(1, loop, one));
+  EXPECT_FALSE(reduce_one_round(2 * 128, loop, one));  // 128 tokens: one round of the loop already
+  EXPECT_FALSE(reduce_one_round(loop, loop, one));
+  EXPECT_TRUE(reduce_one_round(loop + 1, loop, one));
+  EXPECT_TRUE(reduce_one_round(2 * 256, loop, one));  // 256 tokens: 1.29 vectors per loop thread
+  EXPECT_TRUE(reduce_one_round(448, loop, one));      // DeepSeek-V3 at 128 tokens
+  EXPECT_TRUE(reduce_one_round(one, loop, one));      // 264 tokens (test_reduce_one_round_boundary)
+  EXPECT_FALSE(reduce_one_round(one + 1, loop, one));
+  EXPECT_FALSE(reduce_one_round(2 * 265, loop, one));
+  EXPECT_FALSE(reduce_one_round(2 * 16384, loop, one));
+  EXPECT_FALSE(reduce_one_round(100, 200, 150));  // a device where the one-round grid is the smaller
+}
+
 TEST(MoeHeuristics, GemmIndexOnSwappedTilesOfOneIndexCta) {
   // where it can run: (block_m, gate-up tile height, index CTAs, routing entries, local experts)
   EXPECT_EQ(gemm_index_can(16, 16, 1, 4 * 8, 192), 1);                         // Hy3 TP8 at 4 tokens

@@ -155,8 +155,9 @@ def test_shared_output_and_invalid_ids(block):
 @pytest.mark.parametrize("T", [264, 265])
 def test_reduce_one_round_boundary(T):
     # H = 4096: 2 T reduce CTAs of 256 threads (one 8-column vector each). On 132 SMs 264 tokens fill the one-round
-    # grid (4 CTAs per SM: 528) and 265 take the looping kernel (3 per SM, a second vector for some threads); with a
-    # shared expert's output and invalid ids (rows the reduce skips) on both sides
+    # grid (4 CTAs per SM: 528) and 265 take the looping kernel (3 per SM, a second vector for some threads;
+    # reduce_one_round in heuristics.h); with a shared expert's output and invalid ids (rows the reduce skips) on
+    # both sides
     run_case(T, 4096, 64, 16, 8, False, shared=True, invalid_ids=True, seed=T)
 
 
