@@ -363,7 +363,7 @@ HK_MOE_HD int64_t max_tiles(int64_t num_tokens, int top_k, int num_local_experts
 // resident grid; the one-round kernel (4 per SM, no loop) runs where that grid would leave vectors for a second
 // round and its own grid holds them all. Measured on an H200 (session 67 call 1, cross-build, the one-round kernel
 // wherever it fit): 0.982-0.989x the call's time at hy3 / qwen3 TP8 and EP8 256 tokens (1.29 vectors per loop
-// thread) and 0.994-0.998x at DeepSeek 128 tokens (1.13); where the loop ran one round, 0.994-1.010x (hy3 / qwen3
+// thread) and 0.994-0.998x at DeepSeek 128 tokens (1.13); where the loop ran one round, 0.982-1.010x (hy3 / qwen3
 // TP8 128 tokens 1.009-1.010x in both rounds), so those keep the loop. Arguments: CTAs the call needs, and the
 // resident CTAs of each kernel on the device.
 HK_MOE_HD bool reduce_one_round(int64_t ctas, int64_t loop_resident, int64_t one_round_resident) {
