@@ -140,7 +140,7 @@ void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
     }
   } else {  // top_k 9-16: two chunks of 8 rows
     const auto loop = moe_reduce_kernel<kMaxTopK, 2, false>;
-    launch_reduce_grid(loop, ctas, resident_ctas(loop, kReduceThreads, 0, loop16_cache, "moe reduce"), a, stream);
+    launch_reduce_grid(loop, ctas, resident_ctas(loop, kReduceThreads, 0, loop16_cache, "moe reduce (top_k 16)"), a, stream);
   }
 }
 

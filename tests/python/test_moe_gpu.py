@@ -152,12 +152,16 @@ def test_shared_output_and_invalid_ids(block):
     run_case(40, 256, 128, 8, 2, block, shared=True, invalid_ids=True, seed=5)
 
 
-@pytest.mark.parametrize("T", [264, 265])
-def test_reduce_one_round_boundary(T):
-    # H = 4096: 2 T reduce CTAs of 256 threads (one 8-column vector each). On 132 SMs 264 tokens fill the one-round
-    # grid (4 CTAs per SM: 528) and 265 take the looping kernel (3 per SM, a second vector for some threads;
-    # reduce_one_round in heuristics.h); with a shared expert's output and invalid ids (rows the reduce skips) on
-    # both sides
+@pytest.mark.parametrize("where", ["loop_one_round", "one_round_first", "one_round_last", "loop_two_rounds"])
+def test_reduce_one_round_boundary(where):
+    # H = 4096: 2 T reduce CTAs of 256 threads (one 8-column vector each); the looping kernel holds 3 CTAs per SM,
+    # the one-round kernel 4 (reduce_one_round in heuristics.h). On S SMs, 3 S / 2 tokens are one round of the loop,
+    # one more the one-round kernel's smallest grid, 2 S its largest and 2 S + 1 the loop with a second vector for
+    # some threads (198, 199, 264, 265 tokens on 132 SMs). With a shared expert's output and invalid ids (rows the
+    # reduce skips).
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    T = {"loop_one_round": 3 * sms // 2, "one_round_first": 3 * sms // 2 + 1, "one_round_last": 2 * sms,
+         "loop_two_rounds": 2 * sms + 1}[where]
     run_case(T, 4096, 64, 16, 8, False, shared=True, invalid_ids=True, seed=T)
 
 
