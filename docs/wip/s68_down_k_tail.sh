@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 67 (GPU-untested), for the next device session: (1) the per-tensor 128 x 256 down's K-tail
 # kernel at I = 192 (docs/wip/s68-down-k-tail.patch: the item's second stage holds 64 bytes of K, its wgmma steps
-# over the zero-filled half skipped: 24 QGMMA per item instead of 32; every other kernel's SASS unchanged, compared
+# over the zero-filled half skipped: 24 QGMMA per item instead of 32, no spill; every other kernel's SASS unchanged, compared
 # here) against main, cross-build, with its tests (the two bitwise pair-case tests: HOPPERKIT_MOE_DOWN_KTAIL=0 / 1
 # must give equal bytes); (2) the down's per-instruction stall profile at hy3 TP8 4096 on main's build (the
 # second moe_gemm_kernel launch of one call). Run from the repo root on the device:
@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/s68}; mkdir -p "$OUT"
 t0=$(date +%s)
 mkdir -p /tmp/xab
 TMPDIR=/tmp/xab OUT="$OUT" AB_SECONDS=120 AB_TEST_SECONDS=200 bash scripts/cross_ab.sh --rounds 2 \
-  --tests "wide_gate_up or pairs or many_tokens or max_tokens or hy3_tp8" \
+  --tests "wide_gate_up or pairs or k_tail_bitwise or many_tokens or max_tokens or hy3_tp8" \
   --patch k="$PWD/docs/wip/s68-down-k-tail.patch" -- moe_bench --no-reads \
   --models hy3,qwen3-235b --modes tp8_ep1 --scalings per_tensor --bs 1024,2048,4096,8192 \
   > "$OUT/cross_ab.log" 2>&1
