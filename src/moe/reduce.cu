@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(kReduceThreads, kMinCtasPerSm) moe_reduce_kern
   }
 }
 
-constexpr int kReduceOneRoundCtasPerSm = 4;
+// CTAs per SM in the launch bounds: the loop at top_k <= 8 (at 4 it spilled) and at 9-16, the one-round kernel
+constexpr int kReduceLoopCtasPerSm = 3, kReduceLoop16CtasPerSm = 2, kReduceOneRoundCtasPerSm = 4;
 
 template <class Kernel>
 void launch_reduce_grid(Kernel kernel, int64_t ctas, int64_t resident, const MoeKernelArgs& a, cudaStream_t stream) {
@@ -128,7 +129,7 @@ void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
   static std::atomic<int> one_round_cache[kMaxDevices] = {}, loop8_cache[kMaxDevices] = {},
                           loop16_cache[kMaxDevices] = {};
   if (a.top_k <= kReduceChunk) {
-    const auto loop = moe_reduce_kernel<kReduceChunk, 3, false>;
+    const auto loop = moe_reduce_kernel<kReduceChunk, kReduceLoopCtasPerSm, false>;
     const auto one_round = moe_reduce_kernel<kReduceChunk, kReduceOneRoundCtasPerSm, true>;
     const int64_t loop_resident = resident_ctas(loop, kReduceThreads, 0, loop8_cache, "moe reduce");
     const int64_t one_round_resident =
@@ -139,8 +140,9 @@ void launch_moe_reduce(const MoeKernelArgs& a, cudaStream_t stream) {
       launch_reduce_grid(loop, ctas, loop_resident, a, stream);
     }
   } else {  // top_k 9-16: two chunks of 8 rows
-    const auto loop = moe_reduce_kernel<kMaxTopK, 2, false>;
-    launch_reduce_grid(loop, ctas, resident_ctas(loop, kReduceThreads, 0, loop16_cache, "moe reduce (top_k 16)"), a, stream);
+    const auto loop = moe_reduce_kernel<kMaxTopK, kReduceLoop16CtasPerSm, false>;
+    const int64_t loop_resident = resident_ctas(loop, kReduceThreads, 0, loop16_cache, "moe reduce (top_k 16)");
+    launch_reduce_grid(loop, ctas, loop_resident, a, stream);
   }
 }
 
