@@ -4,6 +4,7 @@
 // down_block_m in heuristics.h: 128 only where the gate-up runs 128-row tiles, whose tile list it shares, and
 // block-wise only from I = 512). The 16- to 48-row ones also as GEMM-index readers (kIndex: gemm_index in
 // heuristics.h).
+#include "common/env_switch.h"
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -11,6 +12,13 @@ namespace hopperkit {
 namespace moe {
 
 namespace {
+// The per-tensor 128 x 256 down's K-tail kernel (MoeGemmConfig::kKTail) at K = I = 192: two stages per item, the
+// second of 64 bytes of K. HOPPERKIT_MOE_DOWN_KTAIL=0 keeps the generic kernel (measurement; the tests run both).
+bool down_k_tail(const MoeKernelArgs& a) {
+  static const int enabled = env_int("HOPPERKIT_MOE_DOWN_KTAIL", 1, 0, 1);
+  return enabled != 0 && a.intermediate == 192;  // two 128-byte stages, the second half zero-filled
+}
+
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).
 template <class F>
 void with_variant(const MoeKernelArgs& a, F&& f) {
@@ -47,7 +55,13 @@ void with_variant(const MoeKernelArgs& a, F&& f) {
     case (64 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<64, 128, false, true>{}); break;
     case (64 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<64, 256, false, true>{}); break;
     case (128 * 2 + 0) * 1000 + 128: f(MoeGemmVariant<128, 128, false, false>{}); break;
-    case (128 * 2 + 0) * 1000 + 256: f(MoeGemmVariant<128, 256, false, false>{}); break;
+    case (128 * 2 + 0) * 1000 + 256:
+      if (down_k_tail(a)) {
+        f(MoeGemmVariant<128, 256, false, false, false, false, true>{});
+      } else {
+        f(MoeGemmVariant<128, 256, false, false>{});
+      }
+      break;
     case (128 * 2 + 1) * 1000 + 128: f(MoeGemmVariant<128, 128, false, true>{}); break;
     case (128 * 2 + 1) * 1000 + 256: f(MoeGemmVariant<128, 256, false, true>{}); break;
     default:

@@ -18,19 +18,20 @@ namespace moe {
 
 // One grouped-GEMM variant as a type (the dispatchers in gemm_gate_up.cu / gemm_down.cu pass one to a lambda).
 // kPairs: clusters of two CTAs sharing the weight stages (the per-tensor 128-row gate-up; moe_gemm_kernel).
-// kIndex: the swapped gate-up that builds the routing index itself (a.gemm_index).
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false, bool kIndex = false>
+// kIndex: the swapped gate-up that builds the routing index itself (a.gemm_index). kKTail: the per-tensor 128 x 256
+// down at K = 192 (MoeGemmConfig).
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false, bool kIndex = false, bool kKTail = false>
 struct MoeGemmVariant {};
 
 // Everything a launch needs that can fail on the host (occupancy query, tensor-map encoding), computed before
 // any of the op's kernels is queued: a failure throws with nothing launched.
 // Grid: the resident CTAs of this variant (measured occupancy x SMs), at most the task-count bound. Pairs:
 // whole resident clusters of two, at most two CTAs per pair task (max_tasks counts single tiles' tasks).
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs, bool kIndex>
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs, bool kIndex, bool kKTail>
 MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks,
-                          MoeGemmVariant<BM, BN, kGateUp, kBlock, kPairs, kIndex>) {
-  using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>;
-  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs, kIndex>;
+                          MoeGemmVariant<BM, BN, kGateUp, kBlock, kPairs, kIndex, kKTail>) {
+  using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex, kKTail>;
+  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs, kIndex, kKTail>;
   static std::atomic<int> resident[kMaxDevices] = {};  // per device: CTAs per SM x SMs (0: not measured yet)
   const int res = resident_ctas(kernel, Cfg::kThreads, Cfg::kSmemBytes, resident, kPairs ? "moe gemm pairs" : "moe gemm",
                                 kPairs ? 2 : 1);
@@ -76,11 +77,11 @@ MoeGemmPlan plan_moe_gemm(const MoeKernelArgs& a, int64_t max_tasks,
 }
 
 // Launches a planned variant as a persistent, PDL-chained grid.
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs, bool kIndex>
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs, bool kIndex, bool kKTail>
 void launch_moe_gemm(const MoeKernelArgs& a, const MoeGemmPlan& plan,
-                     MoeGemmVariant<BM, BN, kGateUp, kBlock, kPairs, kIndex>, cudaStream_t stream) {
-  using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>;
-  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs, kIndex>;
+                     MoeGemmVariant<BM, BN, kGateUp, kBlock, kPairs, kIndex, kKTail>, cudaStream_t stream) {
+  using Cfg = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex, kKTail>;
+  auto kernel = moe_gemm_kernel<BM, BN, kGateUp, kBlock, kPairs, kIndex, kKTail>;
   HK_CHECK(kValue, plan.kernel == reinterpret_cast<const void*>(kernel), "moe gemm plan",
            "a plan made for this variant", plan.kernel ? "a plan for another variant" : "no plan");
   HK_CHECK(kValue, plan.cluster == (kPairs ? 2 : 1) && plan.grid % plan.cluster == 0, "moe gemm plan",

@@ -72,8 +72,13 @@ constexpr float kActMinAmax = 1e-10f;  // as in the input quantisation: an all-z
 
 // kIndex: the swapped gate-up variant that builds the routing index itself (a.gemm_index, gemm_index.cuh); a
 // template parameter, so that the other variants compile exactly as without it.
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kIndex = false>
+// kKTail: the per-tensor 128 x 256 down tile at K = 192 (TP8 shards of Hy3 and Qwen3-235B), whose item's second and
+// last stage holds 64 bytes of K (TMA zero-fills the rest): its wgmma groups stop after two k32 steps there, a
+// quarter of the item's MMA work (a template parameter, so that no wgmma sits in a divergent path, and the
+// other variants compile exactly as without it).
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kIndex = false, bool kKTail = false>
 struct MoeGemmConfig {
+  static_assert(!kKTail || (BM == 128 && BN == 256 && !kGateUp && !kBlock), "K tail: the per-tensor 128 x 256 down");
   static_assert(BM == 16 || BM == 32 || BM == 48 || BM == 64 || BM == 128, "block_m");
   static_assert(BM != 48 || (!kBlock && BN == 128), "48-row tiles: per-tensor, 128 weight rows");
   static_assert(BN == 128 || BN == 256 || (BN == 192 && BM == 128 && kGateUp && !kBlock), "tile_n");
@@ -348,12 +353,12 @@ __device__ __forceinline__ void swap_wgmma_blocks(float (&d)[NT][4], uint64_t w,
 // it: every consumer warp arrives on both CTAs' empty barriers, and both CTAs run the same stages in the same
 // order (the same pairs, every item the whole of K). The producer waits, before it leaves, for its ring's last
 // releases (the peer's consumers arrive on this CTA's barriers until then).
-template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false, bool kIndex = false>
-__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>::kThreads,
-                                  MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>::kMinBlocks)
+template <int BM, int BN, bool kGateUp, bool kBlock, bool kPairs = false, bool kIndex = false, bool kKTail = false>
+__global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex, kKTail>::kThreads,
+                                  MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex, kKTail>::kMinBlocks)
     moe_gemm_kernel(const MoeKernelArgs a, const __grid_constant__ CUtensorMap wmap,
                     const __grid_constant__ CUtensorMap amap) {
-  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>;
+  using C = MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex, kKTail>;
   static_assert(!kPairs || (BM == 128 && kGateUp && !kBlock), "pairs: the per-tensor 128-row gate-up");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -1100,8 +1105,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         return kGateUp ? (p / (kParts / 2)) * C::kBoxRows + wn * (C::kWN / 2) + (p % (kParts / 2)) * kPartRows
                        : wn * C::kWN + p * kPartRows;
       };
-      // waits for stage st (part 0 only) and issues part p's wgmma group into d
-      auto issue = [&](int st, int p, float (&d)[kPartNT][4]) {
+      // waits for stage st (part 0 only) and issues part p's wgmma group of `steps` k32 steps into d (a constant
+      // at every call: kSteps, or kTailSteps for the last stage of a kKTail kernel; a generic lambda here made
+      // cudafe++ 13.0 crash)
+      auto issue = [&](int st, int p, float (&d)[kPartNT][4], int steps) {
         const int slot = st % C::kStages;
         const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
         const uint32_t sb = sa + C::kABytes;
@@ -1115,7 +1122,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
         const uint64_t da0 = gmma_desc_sw128(sa + a_wg), db0 = gmma_desc_sw128(sb + brow * 128);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < C::kBK / 32; ++kk) {
+        for (int kk = 0; kk < steps; ++kk) {
           const uint64_t da = gmma_desc_add(da0, kk * 32);
           const uint64_t db = gmma_desc_add(db0, kk * 32);
           if (kk == 0) {
@@ -1154,25 +1161,34 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
           }
         if (p == kParts - 1) release(st);  // after the scales are read: they live in the stage
       };
-      const int n = kb1 - kb0;  // >= 1 (see kPipe)
-      issue(step, 0, pa);
+      const int n = kb1 - kb0;  // >= 1 (see kPipe); kKTail: 2 (K = 192, down_k_tail), the second a tail
+      constexpr int kSteps = C::kBK / 32;
+      constexpr int kTailSteps = kKTail ? C::kBK / 64 : kSteps;  // the last stage's
+      issue(step, 0, pa, kSteps);
       load_epilogue_inputs();
-      issue(step, 1, pb);
+      issue(step, 1, pb, kSteps);
       int j = 0;
-      for (; j + 1 < n; ++j) {
-        // part p of stage j completes while the next group runs; its buffer takes part p + 2 (of stage j, or
-        // of stage j + 1 past the last part)
+      // stage j: part p completes while the next group runs; its buffer takes part p + 2 (of stage j, or of
+      // stage j + 1 past the last part, with next_steps k32 steps)
+      auto run_stage = [&](int next_steps) {
         static_for<kParts>([&](auto P) {
           constexpr int p = decltype(P)::value;
           auto& d = select_ref<p & 1>(pa, pb);
           wgmma_wait<1>();
           retire_part(step + j, p, d);
           if constexpr (p + 2 < kParts) {
-            issue(step + j, p + 2, d);
+            issue(step + j, p + 2, d, kSteps);
           } else {
-            issue(step + j + 1, p + 2 - kParts, d);
+            issue(step + j + 1, p + 2 - kParts, d, next_steps);
           }
         });
+      };
+      if constexpr (kKTail) {  // two stages (K = 192, down_k_tail): the first, whose successor is the tail
+        if (n != 2) __trap();  // the host chose this kernel for K = 192 only
+        run_stage(kTailSteps);
+        ++j;
+      } else {
+        for (; j + 1 < n; ++j) run_stage(kSteps);
       }
       static_for<kParts>([&](auto P) {  // the last stage
         constexpr int p = decltype(P)::value;
@@ -1183,7 +1199,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex>
           wgmma_wait<1>();
         }
         retire_part(step + j, p, d);
-        if constexpr (p + 2 < kParts) issue(step + j, p + 2, d);
+        if constexpr (p + 2 < kParts) issue(step + j, p + 2, d, kTailSteps);
       });
       step += n;
     } else if constexpr (kPipe) {

@@ -327,19 +327,40 @@ def test_gate_up_pairs_cases(case):
         json.dump(digests, open(path, "w"))
 
 
+def pair_case_digests(tmp_path, switch):
+    """{value: {case: digest}}: the pair cases in two subprocesses, switch=0 and =1, same seed."""
+    import json
+    digests = {}
+    for v in ("0", "1"):
+        path = str(tmp_path / f"{switch}_{v}.json")
+        rerun_with_env(__file__, "gate_up_pairs_cases", {switch: v, "HK_PAIRS_DIGEST": path,
+                                                          "HK_TEST_SEED": str(RUN_SEED)})
+        digests[v] = json.load(open(path))
+    assert set(digests["0"]) == set(PAIR_CASES), digests
+    return digests
+
+
 def test_gate_up_pairs_bitwise(tmp_path):
     """The pair cases in two subprocesses, HOPPERKIT_MOE_PAIRS=0 (single CTAs) and =1 (pairs wherever the
     per-tensor 128-row gate-up runs), same seed: every output bitwise equal."""
     if PAIRS or "HK_PAIRS_DIGEST" in os.environ or not DEFAULT_TILES:
         pytest.skip("already inside a switched run")
-    digests = {}
-    for v in ("0", "1"):
-        path = str(tmp_path / f"pairs_{v}.json")
-        rerun_with_env(__file__, "gate_up_pairs_cases", {"HOPPERKIT_MOE_PAIRS": v, "HK_PAIRS_DIGEST": path,
-                                                          "HK_TEST_SEED": str(RUN_SEED)})
-        import json
-        digests[v] = json.load(open(path))
-    assert set(digests["0"]) == set(PAIR_CASES), digests
+    digests = pair_case_digests(tmp_path, "HOPPERKIT_MOE_PAIRS")
+    assert digests["0"] == digests["1"], digests
+
+
+def test_down_k_tail_bitwise(tmp_path):
+    """The pair cases under HOPPERKIT_MOE_DOWN_KTAIL=0 (the generic per-tensor 128 x 256 down) and =1 (its K-tail
+    kernel at I = 192: i192_two_tiles, i192_skewed and ep_half_remote, whose down tiles are 128 x 256; the last
+    stage's wgmma steps over its zero-filled half skipped): every output bitwise equal, the skipped steps adding
+    exact zero products. (PTX does not promise that a k32 step of zero products leaves the FP8 accumulator as it
+    was: if the digests differ while both runs pass their reference checks, that is the accumulator's rounding, not
+    a race. Nothing here tells whether the tail kernel ran: the cases' tiles follow from the rules in heuristics.h,
+    i.e. 128-row gate-up and down tiles over 256 weight rows, unless a tile switch is set.)"""
+    if (PAIRS or "HK_PAIRS_DIGEST" in os.environ or not DEFAULT_TILES or "HOPPERKIT_MOE_DOWN_KTAIL" in os.environ
+            or "HOPPERKIT_MOE_DOWN_BM" in os.environ):
+        pytest.skip("already inside a switched run")
+    digests = pair_case_digests(tmp_path, "HOPPERKIT_MOE_DOWN_KTAIL")
     assert digests["0"] == digests["1"], digests
 
 
