@@ -4,6 +4,9 @@
 #   and a quick benchmark. Results and logs go to $OUT (default ./gpu_round_out).
 # Usage: scripts/gpu_round.sh [--no-bench] [--full-bench] [--benches decode,prologue,moe] [--sanitize] [--tests EXPR]
 #                             [--bench-if-green]  (skip the benchmarks unless every selected test passed)
+#                             [--shard I/N]  (every N-th test from the I-th, HK_TEST_SHARD in tests/python/conftest.py:
+#                             the whole suite took 486 s of pytest in session 68, 547 s with the build, near a device
+#                             call's 600 s; --shard 1/2 and --shard 2/2 in two calls run it all)
 # $OUT gets: tests.log, bench.log, sanitize.log (--sanitize), {decode,prologue,moe}.{json,png} for the
 # benchmarks run (build.log only when the build fails). The device returns at most 8 files: with --sanitize,
 # run at most two benchmarks. A copy of the tree without .git names its commit through
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
     --bench-if-green) BENCH_IF_GREEN=1 ;;
     --tests) TESTS="$2"; shift ;;
     --benches) BENCHES="$2"; shift ;;
+    --shard) export HK_TEST_SHARD="$2"; shift ;;
   esac
   shift
 done
@@ -78,7 +82,8 @@ K=()
 # a kernel that hangs must not eat the round: per-test and whole-suite time limits
 TO=(); $PY -c "import pytest_timeout" 2>/dev/null && TO=(--timeout "${TEST_TIMEOUT_EACH:-120}" --timeout-method=thread)
 timeout "${TEST_TIMEOUT:-540}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml=/tmp/hk_junit.xml \
-  "${TO[@]}" "${K[@]}" > "$OUT/tests.log" 2>&1 || echo "pytest exit status $?"
+  --durations=15 "${TO[@]}" "${K[@]}" > "$OUT/tests.log" 2>&1 || echo "pytest exit status $?"
+[ -n "${HK_TEST_SHARD:-}" ] && echo "(test shard $HK_TEST_SHARD: every ${HK_TEST_SHARD#*/}-th test)"
 grep -E "^(FAILED|ERROR)|HK_TEST_SEED" "$OUT/tests.log" | head -40
 SUMMARY=$($PY - /tmp/hk_junit.xml <<'PYEOF'
 import sys, xml.etree.ElementTree as ET
@@ -97,6 +102,7 @@ tail -3 "$OUT/tests.log"
 if [ "$BENCH_IF_GREEN" = 1 ] && ! [[ "$SUMMARY" =~ \ 0\ failed ]]; then stamp "tests not green: benchmarks skipped"; BENCH=none; fi
 
 # ---- 3. compute-sanitizer over a representative subset
+unset HK_TEST_SHARD  # (the sanitizer runs its own subset whole)
 if [ "$SANITIZE" = 1 ]; then
   SUB="len65 or bs16_edges or ragged_qlen or zero_len or cuda_graph or (test_dtypes_layouts and NHD) or untrusted"
   # MoE: both tile heights, split-K, both scalings, EP, 64-wide tails (TMA boxes past the tensor)

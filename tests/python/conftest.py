@@ -23,7 +23,26 @@ def _gpu_skip_reason():
 GPU_SKIP_REASON = _gpu_skip_reason()
 
 
+def shard_of(spec: str) -> tuple[int, int]:
+    """HK_TEST_SHARD="i/n" (1 <= i <= n) -> (i, n): the run keeps collected tests i-1, i-1+n, i-1+2n, ... so that
+    n runs (e.g. n device calls, each under its time limit) together run every test once."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        i, n = 0, 0
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"HK_TEST_SHARD: expected 'i/n' with 1 <= i <= n, got {spec!r}")
+    return i, n
+
+
 def pytest_collection_modifyitems(config, items):
+    spec = os.environ.get("HK_TEST_SHARD", "")
+    if spec:
+        i, n = shard_of(spec)
+        dropped = [it for k, it in enumerate(items) if k % n != i - 1]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [it for k, it in enumerate(items) if k % n == i - 1]
     if GPU_SKIP_REASON is None:
         return
     skip = pytest.mark.skip(reason=GPU_SKIP_REASON)

@@ -328,3 +328,35 @@ def test_vllm_attention_shapes_as_decode_scenarios():
     case = decode_bench.build_case("tiny", cfg, "bf16", 1, "cpu")
     assert case.q.shape == (12, 8, 128)
     assert decode_bench.self_check(case).startswith("ok")
+
+
+def _collected(env_shard: str | None) -> tuple[int, list[str]]:
+    """Exit status and the test ids `pytest --collect-only` lists for test_cpu.py under HK_TEST_SHARD."""
+    import os
+    import subprocess
+    env = dict(os.environ)
+    env.pop("HK_TEST_SHARD", None)
+    if env_shard is not None:
+        env["HK_TEST_SHARD"] = env_shard
+    here = Path(__file__).resolve().parent
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                        str(here / "test_cpu.py")], capture_output=True, text=True, env=env, cwd=here.parents[1])
+    return r.returncode, [ln for ln in r.stdout.splitlines() if "::" in ln]
+
+
+def test_test_shards_partition_the_suite():
+    rc, full = _collected(None)
+    assert rc == 0 and len(full) >= 4
+    rc1, s1 = _collected("1/3")
+    rc2, s2 = _collected("2/3")
+    rc3, s3 = _collected("3/3")
+    assert (rc1, rc2, rc3) == (0, 0, 0)
+    assert all(s for s in (s1, s2, s3)), "every shard gets tests"
+    assert sorted(s1 + s2 + s3) == sorted(full), "the shards together are the suite, each test once"
+    rc, _ = _collected("3/2")
+    assert rc != 0, "HK_TEST_SHARD past its count must be refused"
+    from conftest import shard_of
+    assert shard_of("2/5") == (2, 5)
+    for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
+        with pytest.raises(pytest.UsageError, match="HK_TEST_SHARD"):
+            shard_of(bad)
