@@ -31,7 +31,8 @@ while [ $# -gt 0 ]; do
     --bench-if-green) BENCH_IF_GREEN=1 ;;
     --tests) TESTS="$2"; shift ;;
     --benches) BENCHES="$2"; shift ;;
-    --shard) export HK_TEST_SHARD="$2"; shift ;;
+    --shard) [[ "${2:-}" =~ ^[1-9][0-9]*/[1-9][0-9]*$ ]] || { echo "--shard I/N (1 <= I <= N), got '${2:-}'"; exit 2; }
+             export HK_TEST_SHARD="$2"; shift ;;
   esac
   shift
 done
@@ -81,9 +82,10 @@ K=()
 [ -n "$TESTS" ] && K=(-k "$TESTS")
 # a kernel that hangs must not eat the round: per-test and whole-suite time limits
 TO=(); $PY -c "import pytest_timeout" 2>/dev/null && TO=(--timeout "${TEST_TIMEOUT_EACH:-120}" --timeout-method=thread)
+rm -f /tmp/hk_junit.xml  # (a warm machine keeps an earlier call's report: never summarise that one)
+[ -n "${HK_TEST_SHARD:-}" ] && echo "test shard $HK_TEST_SHARD (of the collected tests, every ${HK_TEST_SHARD#*/} from number ${HK_TEST_SHARD%/*})"
 timeout "${TEST_TIMEOUT:-540}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider --junitxml=/tmp/hk_junit.xml \
   --durations=15 "${TO[@]}" "${K[@]}" > "$OUT/tests.log" 2>&1 || echo "pytest exit status $?"
-[ -n "${HK_TEST_SHARD:-}" ] && echo "(test shard $HK_TEST_SHARD: every ${HK_TEST_SHARD#*/}-th test)"
 grep -E "^(FAILED|ERROR)|HK_TEST_SEED" "$OUT/tests.log" | head -40
 SUMMARY=$($PY - /tmp/hk_junit.xml <<'PYEOF'
 import sys, xml.etree.ElementTree as ET

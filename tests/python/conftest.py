@@ -9,6 +9,9 @@ import torch
 
 # before the test modules are imported: each reads HK_TEST_SEED for its RUN_SEED
 os.environ.setdefault("HK_TEST_SEED", str(random.randrange(1 << 30)))
+# this run's shard (shard_of below), taken out of the environment so that the pytest processes the tests start
+# (subprocess_rerun.py) run their whole selection
+TEST_SHARD = os.environ.pop("HK_TEST_SHARD", "")
 
 
 def _gpu_skip_reason():
@@ -36,9 +39,8 @@ def shard_of(spec: str) -> tuple[int, int]:
 
 
 def pytest_collection_modifyitems(config, items):
-    spec = os.environ.get("HK_TEST_SHARD", "")
-    if spec:
-        i, n = shard_of(spec)
+    if TEST_SHARD:
+        i, n = shard_of(TEST_SHARD)
         dropped = [it for k, it in enumerate(items) if k % n != i - 1]
         if dropped:
             config.hook.pytest_deselected(items=dropped)

@@ -355,6 +355,13 @@ def test_test_shards_partition_the_suite():
     assert sorted(s1 + s2 + s3) == sorted(full), "the shards together are the suite, each test once"
     rc, _ = _collected("3/2")
     assert rc != 0, "HK_TEST_SHARD past its count must be refused"
+    # the shard is taken out of the environment, so that tests that start pytest processes get their whole selection
+    here = Path(__file__).resolve().parent
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", "import os; os.environ['HK_TEST_SHARD'] = '1/2'; import conftest; "
+                        "assert conftest.TEST_SHARD == '1/2' and 'HK_TEST_SHARD' not in os.environ"], cwd=here,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
     from conftest import shard_of
     assert shard_of("2/5") == (2, 5)
     for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
