@@ -16,7 +16,7 @@ namespace {
 // second of 64 bytes of K. HOPPERKIT_MOE_DOWN_KTAIL=0 keeps the generic kernel (measurement; the tests run both).
 bool down_k_tail(const MoeKernelArgs& a) {
   static const int enabled = env_int("HOPPERKIT_MOE_DOWN_KTAIL", 1, 0, 1);
-  return enabled != 0 && a.intermediate == 192;  // two 128-byte stages, the second half zero-filled
+  return enabled != 0 && down_k_tail_fits(a.intermediate);  // heuristics.h
 }
 
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).

@@ -173,6 +173,14 @@ TEST(MoeHeuristics, ReduceOneRoundWhereTheLoopNeedsASecondRound) {
   EXPECT_FALSE(reduce_one_round(100, 200, 150));  // a device where the one-round grid is the smaller
 }
 
+TEST(MoeHeuristics, DownKTailFitsOneAndAHalfStages) {
+  EXPECT_TRUE(down_k_tail_fits(192));   // Hy3 / Qwen3-235B TP8
+  EXPECT_FALSE(down_k_tail_fits(128));  // one stage
+  EXPECT_FALSE(down_k_tail_fits(256));  // DeepSeek-V3 TP8: two whole stages
+  EXPECT_FALSE(down_k_tail_fits(320));  // three stages, the last a half
+  EXPECT_FALSE(down_k_tail_fits(64));
+}
+
 TEST(MoeHeuristics, GemmIndexOnSwappedTilesOfOneIndexCta) {
   // where it can run: (block_m, gate-up tile height, index CTAs, routing entries, local experts)
   EXPECT_EQ(gemm_index_can(16, 16, 1, 4 * 8, 192), 1);                         // Hy3 TP8 at 4 tokens
