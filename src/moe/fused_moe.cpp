@@ -188,6 +188,13 @@ void fused_moe(const MoeParams& p) {
   a.expert_offset = reinterpret_cast<int32_t*>(ws + l.expert_offset);
   a.tiles = reinterpret_cast<int4*>(ws + l.tiles);
   a.tiles_wide = reinterpret_cast<int4*>(ws + l.tiles_wide);
+  // The per-tensor 128 x 256 down's K-tail kernel at K = 192 (down_k_tail_fits in heuristics.h) runs over row
+  // groups of two 128-row tiles (grouped_gemm.cuh, kATiles), which the index build writes here. Measurement and
+  // test aid: HOPPERKIT_MOE_DOWN_KTAIL=0 keeps the generic kernel (over 128-row tiles).
+  static const int k_tail = env_int("HOPPERKIT_MOE_DOWN_KTAIL", 1, 0, 1);
+  a.tiles_pair = k_tail && !block && a.down_bm == 128 && a.down_tile_n == 256 && down_k_tail_fits(p.intermediate)
+                     ? reinterpret_cast<int4*>(ws + l.tiles_pair)
+                     : nullptr;
   a.sorted_rows = reinterpret_cast<int32_t*>(ws + l.sorted_rows);
   a.xq = ws + l.xq;
   a.xq_scale = reinterpret_cast<float*>(ws + l.xq_scale);

@@ -4,7 +4,6 @@
 // down_block_m in heuristics.h: 128 only where the gate-up runs 128-row tiles, whose tile list it shares, and
 // block-wise only from I = 512). The 16- to 48-row ones also as GEMM-index readers (kIndex: gemm_index in
 // heuristics.h).
-#include "common/env_switch.h"
 #include "moe/gemm_launch.cuh"
 #include "moe/launch.h"
 
@@ -12,11 +11,13 @@ namespace hopperkit {
 namespace moe {
 
 namespace {
-// The per-tensor 128 x 256 down's K-tail kernel (MoeGemmConfig::kKTail) at K = I = 192: two stages per item, the
-// second of 64 bytes of K. HOPPERKIT_MOE_DOWN_KTAIL=0 keeps the generic kernel (measurement; the tests run both).
+// The per-tensor 128 x 256 down's K-tail kernel (MoeGemmConfig::kKTail) at K = I = 192: two stages per tile, the
+// second of 64 bytes of K, over row groups of two tiles. Where fused_moe() gave it the row groups (a.tiles_pair:
+// down_k_tail_fits in heuristics.h, unless HOPPERKIT_MOE_DOWN_KTAIL=0; the tests run both).
 bool down_k_tail(const MoeKernelArgs& a) {
-  static const int enabled = env_int("HOPPERKIT_MOE_DOWN_KTAIL", 1, 0, 1);
-  return enabled != 0 && down_k_tail_fits(a.intermediate);  // heuristics.h
+  HK_CHECK(kValue, a.tiles_pair == nullptr || down_k_tail_fits(a.intermediate), "down row groups / intermediate",
+           "row groups only at the K-tail kernel's intermediate (192)", std::to_string(a.intermediate));
+  return a.tiles_pair != nullptr;
 }
 
 // Calls f with this call's variant (one of the list below; the default branch reports the value it got).

@@ -160,7 +160,12 @@ struct MoeGemmConfig {
   static_assert(!kGateUp || kNT % 4 == 0, "gate-up: a thread's gate and up halves are whole n8 pairs");
   static constexpr int kBK = kTileK;                    // 128 bytes of K per stage = one TMA box row
   static constexpr int kABytes = BM * kBK;
-  static constexpr int kStageBytes = (BM + BN) * kBK;   // multiple of 1024: every region stays swizzle-aligned
+  // The K-tail down runs over row groups of up to 256 rows (two 128-row tiles of one expert: a.tiles_pair), its
+  // stage holding both tiles' A rows and the one weight block they share (staged once per group instead of once
+  // per tile: the tiles' MMAs run one after the other from the same stages)
+  static constexpr int kATiles = kKTail ? 2 : 1;
+  static constexpr int kWOffset = kATiles * kABytes;    // the weight box's offset in a stage
+  static constexpr int kStageBytes = (kATiles * BM + BN) * kBK;  // multiple of 1024: every region swizzle-aligned
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "128-byte swizzle needs 1 KB aligned tiles");
   static constexpr int kBoxRows = kGateUp ? BN / 2 : BN;
   // Down: the A rows (act, by sorted slot) of a tile are contiguous, so they arrive by TMA too (a BM x 128-byte
@@ -180,7 +185,8 @@ struct MoeGemmConfig {
   // 34 KB).
   // 128-row down tiles: room for their output staging (8 warps x 16 rows: 67.6 KB at 256 weight rows, 34.8 KB
   // at 128)
-  static constexpr int kBudget = (BM == 48)                               ? 110 * 1024
+  static constexpr int kBudget = kKTail                                   ? 192 * 1024  // 3 stages of 64 KB
+                                 : (BM == 48)                               ? 110 * 1024
                                  : (kSwapAB && BN == 128)               ? 108 * 1024
                                  : (kSwapAB && !kGateUp)                ? 108 * 1024
                                  : (!kGateUp && BM == 64 && BN == 256)  ? 170 * 1024
@@ -196,12 +202,17 @@ struct MoeGemmConfig {
   // through its own shared-memory block, so that it is stored as whole row segments in 16-byte chunks (the
   // fragment layout stores 4 bytes per thread, 8 rows per warp instruction); warp-local, no CTA barrier.
   static constexpr bool kStagedOut = !kGateUp && BM >= 64;
-  static constexpr int kOutRowChunks = kWN * 2 / 16;            // 16-byte chunks per row of a warp's block
-  static constexpr int kOutStride = kWN * 2 + 16;               // bytes per staged row: conflict-free 4-byte writes
+  // The K-tail down stages a warp's block in kOutRounds rounds of kOutCols columns (18 KB instead of 67.6: its
+  // 64 KB stages take the room)
+  static constexpr int kOutRounds = kKTail ? 4 : 1;
+  static constexpr int kOutCols = kWN / kOutRounds;             // columns of a warp's block per round
+  static constexpr int kOutRowChunks = kOutCols * 2 / 16;       // 16-byte chunks per row of a round's block
+  static constexpr int kOutStride = kOutCols * 2 + 16;          // bytes per staged row: conflict-free 4-byte writes
   static constexpr int kOutWarpBytes = kWM * kOutStride;
   static constexpr int kOutBytes = kStagedOut ? kConsumerWarps * kOutWarpBytes : 0;
   static constexpr int kOutChunks = kStagedOut ? kWM * kOutRowChunks / 32 : 1;  // per lane
   static_assert(!kStagedOut || (kMT == 1 && kWM * kOutRowChunks % 32 == 0), "whole chunks per lane");
+  static_assert(!kStagedOut || kNT % kOutRounds == 0, "whole n8 tiles per staging round");
   static constexpr int kOutOffset =  // after the ring, the scales, s_amax and the barriers, 16-byte aligned
       (kStages * kStageBytes + kStages * kScaleFloats * 4 + BM * 4 + 2 * kStages * 8 + 15) / 16 * 16;
   // The swapped gate-up builds the routing index itself when a.gemm_index says (gemm_index.cuh): its two tables
@@ -474,7 +485,10 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
   // Task -> its tile (index into the tile list) and its block of output columns, for `tiles` tiles: column block
   // fastest (task = tile x n_blocks + block) in the swapped gate-up (kReadyWriter below) and the claimed downs,
   // tile fastest elsewhere. (tile_idx / col_blk below, once the tile count is read; the pre-wait weights here.)
-  constexpr bool kColFastest = (kGateUp && C::kSwapAB) || kClaims;
+  // The K-tail down's row groups too: groups are one or two tiles long, and with group fastest a grid stride that
+  // divides the groups' period gives every CTA the same kind (at hy3 TP8 8192 tokens, three tiles per expert: one
+  // group of two, one of one, and an even grid took only one kind per CTA: measured 1.049x, session 69 call 4).
+  constexpr bool kColFastest = (kGateUp && C::kSwapAB) || kClaims || kKTail;
   auto task_tile = [&](int task, int tiles) { return kColFastest ? task / n_blocks : task % tiles; };
   auto task_col = [&](int task, int tiles) { return kColFastest ? task % n_blocks : task / tiles; };
   int pre_steps = 0;
@@ -497,7 +511,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
         const int n0 = task_col(task, nt0) * cols_per_task;
         for (int kt = slice * nk / S0; kt < (slice + 1) * nk / S0 && pre_steps < C::kStages; ++kt, ++pre_steps) {
           const int slot = pre_steps;  // < kStages: no wait for a free slot
-          uint8_t* sb = smem + slot * C::kStageBytes + C::kABytes;
+          uint8_t* sb = smem + slot * C::kStageBytes + C::kWOffset;
           mbar_arrive_expect_tx(&full[slot], C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
           tma_load_4d(sb, &wmap, &full[slot], kt * C::kBK, n0, e, 0, policy);
         }
@@ -529,8 +543,11 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
     if (blockIdx.x == 0 && tid == 0) a.counters[5] = 1;
   }
   // the wide gate-up (128-row tiles) drains the 128-row tile list the index build wrote beside the other
-  const int4* const tile_list = BM == 128 ? a.tiles_wide : a.tiles;
-  const int num_tiles = gidx ? static_cast<int>(s_toff[a.num_local_experts]) : a.counters[BM == 128 ? 2 : 0];
+  // (the K-tail down: the row groups of up to 256 rows, kATiles above)
+  const int4* const tile_list = kKTail ? a.tiles_pair : BM == 128 ? a.tiles_wide : a.tiles;
+  const int num_tiles = gidx     ? static_cast<int>(s_toff[a.num_local_experts])
+                        : kKTail ? a.counters[8]
+                                 : a.counters[BM == 128 ? 2 : 0];
   // pairs: a task is (pair of tiles, column block), pair fastest
   const int npairs = (num_tiles + 1) / 2;
   const int tasks = (kPairs ? npairs : num_tiles) * n_blocks;
@@ -546,7 +563,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
   }
   HK_MT_ONLY(unsigned long long tr_waited = globaltimer();)  // (the index gate-up: again after its wait, below)
   // task -> its tile (index into tile_list) and its block of output columns
-  static_assert(kColFastest == (kReadyWriter || kClaims), "one task order for the hand-off's writer and readers");
+  static_assert(kColFastest == (kReadyWriter || kClaims || kKTail),
+                "one task order for the hand-off's writer and readers (and the K-tail down's row groups)");
   const int rank = kPairs ? static_cast<int>(cluster_ctarank()) : 0;
   // (pairs: their tiles come from tile_of below only; tile_idx serves the non-prefetching and swapped paths)
   auto tile_idx = [&](int task) { return task_tile(task, num_tiles); };
@@ -624,7 +642,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
         const int n0 = col_blk(task0) * cols_per_task;
         const uint64_t policy = policy_evict_first();
         for (int kt = kb0; kt < kb1 && pre_steps < C::kStages; ++kt, ++pre_steps) {
-          uint8_t* sb = smem + pre_steps * C::kStageBytes + C::kABytes;  // slot pre_steps: no wait for a free one
+          uint8_t* sb = smem + pre_steps * C::kStageBytes + C::kWOffset;  // slot pre_steps: no wait for a free one
           mbar_arrive_expect_tx(&full[pre_steps], C::kBoxes * C::kBoxRows * C::kBK);
           tma_load_4d(sb, &wmap, &full[pre_steps], kt * C::kBK, n0, t0.x, 0, policy);                  // gate
           tma_load_4d(sb + C::kBoxRows * C::kBK, &wmap, &full[pre_steps], kt * C::kBK, I + n0, t0.x, 0, policy);
@@ -791,16 +809,22 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
         const int slot = step % C::kStages;
         if (step >= C::kStages) mbar_wait_bounded(&empty[slot], ((step / C::kStages) - 1) & 1);
         uint8_t* sa = smem + slot * C::kStageBytes;
-        uint8_t* sb = sa + C::kABytes;
+        uint8_t* sb = sa + C::kWOffset;
         if (pl == 0) {
           const bool weights_issued = (kEarlyWeights || C::kIndexKernel) && step < pre_steps;  // before the wait
           // a later item's first stage carries the item to the consumers (never pre-issued: the first item only)
           if (kClaims && u > 0 && kt == kb0) s_claim[slot] = make_int4(e, row_begin, rows, item);
           if (!weights_issued) {
-            mbar_arrive_expect_tx(&full[slot], C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? BM * C::kBK : 0));
+            // (the K-tail down: a group's second A box where it has more than 128 rows)
+            const int a_boxes = kKTail && rows > BM ? 2 : 1;
+            mbar_arrive_expect_tx(&full[slot],
+                                  C::kBoxes * C::kBoxRows * C::kBK + (C::kTmaA ? a_boxes * BM * C::kBK : 0));
           }
           // the A box first (the swapped down's comes after its per-tile wait, below)
           if (C::kTmaA && !kReadyReader) tma_load_4d(sa, &amap, &full[slot], kt * C::kBK, row_begin, 0, 0, policy_a);
+          if (kKTail && rows > BM) {
+            tma_load_4d(sa + C::kABytes, &amap, &full[slot], kt * C::kBK, row_begin + BM, 0, 0, policy_a);
+          }
           if (weights_issued) {
           } else if (kPairs && tile.w != 0) {  // this CTA's box for both CTAs: rank 0 the gate rows, rank 1 up
             tma_load_4d_multicast(sb + rank * C::kBoxRows * C::kBK, &wmap, &full[slot], kt * C::kBK,
@@ -953,7 +977,21 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
   int step = 0;
   int4 t_next = kPrefetch ? tile_of(first_item(), NoFlag{}) : make_int4(0, 0, 0, 0);
   HK_MT_ONLY(int tr_items = 0;)
-  for (int item = first_item(), u = 0; kClaims || item < items; item += kClaims ? 0 : item_stride(), ++u) {
+  // The K-tail down: an item is a row group (up to two 128-row tiles, kATiles), run as `nsub` sub-items one tile
+  // each (sub), which share the item's stages: the last one releases them.
+  int sub = 0, nsub = 1;
+  int4 group = make_int4(0, 0, 0, 0);
+  auto next_item = [&](int& it) {
+    if constexpr (kKTail) {
+      if (sub + 1 < nsub) {
+        ++sub;
+        return;
+      }
+      sub = 0;
+    }
+    it += kClaims ? 0 : item_stride();
+  };
+  for (int item = first_item(), u = 0; kClaims || item < items; next_item(item), ++u) {
     int4 tile;
     if constexpr (kClaims) {  // item u >= 1 and its tile from the producer, with its first stage
       if (u > 0) {
@@ -970,7 +1008,14 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
     item_range(item, u, kb0, kb1);
     // the epilogue's inputs (tile -> expert scale / row ids: dependent global loads) are loaded now and after
     // the first stage (load_epilogue_inputs), so that their latency hides behind the K loop
-    if constexpr (kPrefetch) {
+    if constexpr (kKTail) {  // (a kPrefetch kernel)
+      if (sub == 0) {
+        group = t_next;
+        t_next = tile_of(item + item_stride(), NoFlag{});
+      }
+      nsub = group.z > BM ? 2 : 1;
+      tile = make_int4(group.x, group.y + sub * BM, min(BM, group.z - sub * BM), 0);
+    } else if constexpr (kPrefetch) {
       tile = t_next;
       t_next = tile_of(item + item_stride(), NoFlag{});
     } else if constexpr (!kClaims) {
@@ -1025,7 +1070,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
     // Stage `st`'s MMAs into d (wgmma: d = this stage's product, issued and committed; the caller waits for the
     // group).
     auto mma_stage_on = [&](uint32_t sa, float (&d)[C::kMT][C::kNT][4]) {
-      const uint32_t sb = sa + C::kABytes;
+      const uint32_t sb = sa + C::kWOffset;
       if constexpr (kHalfPipe) {
         // unused: 256-row tiles issue their stages by halves (below)
       } else if constexpr (C::kSwapAB) {
@@ -1111,14 +1156,16 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
       auto issue = [&](int st, int p, float (&d)[kPartNT][4], int steps) {
         const int slot = st % C::kStages;
         const uint32_t sa = smem_addr(smem + slot * C::kStageBytes);
-        const uint32_t sb = sa + C::kABytes;
-        if (p == 0) {
+        const uint32_t sb = sa + C::kWOffset;
+        if (p == 0) {  // (the K-tail down's second sub-item: the phase its first one waited for, still held)
           mbar_wait_bounded(&full[slot], (st / C::kStages) & 1);
           if constexpr (!C::kTmaA) fence_proxy_async_shared();  // A rows written by cp.async (generic proxy)
         }
         const int brow = part_row(p);
         // 128-row tiles: this warpgroup's 64 A rows start 64 rows into the stage (1 KB aligned: the swizzle holds)
-        const uint32_t a_wg = BM == 128 ? static_cast<uint32_t>((warp / 4) * 64 * C::kBK) : 0u;
+        // (the K-tail down: sub-item sub's A tile)
+        const uint32_t a_wg = (BM == 128 ? static_cast<uint32_t>((warp / 4) * 64 * C::kBK) : 0u) +
+                              (kKTail ? static_cast<uint32_t>(sub * C::kABytes) : 0u);
         const uint64_t da0 = gmma_desc_sw128(sa + a_wg), db0 = gmma_desc_sw128(sb + brow * 128);
         wgmma_fence();
 #pragma unroll
@@ -1159,7 +1206,8 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
               acc[0][p * kPartNT + nt][i] += d[nt][i];
             }
           }
-        if (p == kParts - 1) release(st);  // after the scales are read: they live in the stage
+        // after the scales are read: they live in the stage (the K-tail down: by the group's last sub-item)
+        if (p == kParts - 1 && (!kKTail || sub + 1 == nsub)) release(st);
       };
       const int n = kb1 - kb0;  // >= 1 (see kPipe); kKTail: 2 (K = 192, down_k_tail), the second a tail
       constexpr int kSteps = C::kBK / 32;
@@ -1201,7 +1249,7 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
         retire_part(step + j, p, d);
         if constexpr (p + 2 < kParts) issue(step + j, p + 2, d, kTailSteps);
       });
-      step += n;
+      if (!kKTail || sub + 1 == nsub) step += n;  // (the K-tail down: its group's stages, once)
     } else if constexpr (kPipe) {
       // wgmma's FP8 accumulation keeps fewer bits than fp32: each 128-deep stage is summed on its own (p0, p1
       // in turn) and added to the fp32 accumulators once its group is complete, while the next stage's group
@@ -1489,23 +1537,28 @@ __global__ void __launch_bounds__(MoeGemmConfig<BM, BN, kGateUp, kBlock, kIndex,
       }  // 64-row tiles
     } else if constexpr (C::kStagedOut) {
       uint8_t* blk = s_out + warp * C::kOutWarpBytes;  // this warp's rows wm * kWM.., columns wn * kWN..
-      __syncwarp();  // every lane has stored the previous item's block
+      constexpr int kRoundNT = C::kNT / C::kOutRounds;  // n8 tiles per staging round
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
+      for (int q = 0; q < C::kOutRounds; ++q) {  // columns wn * kWN + q * kOutCols ..
+        __syncwarp();  // every lane has stored the previous round's (or item's) block
 #pragma unroll
-        for (int nt = 0; nt < C::kNT; ++nt) {
-          *reinterpret_cast<uint32_t*>(blk + (g + hh * 8) * C::kOutStride + (nt * 8 + 2 * t4) * 2) =
-              pack_bf16x2(acc[0][nt][2 * hh] * out_scale, acc[0][nt][2 * hh + 1] * out_scale);
-        }
-      __syncwarp();
+        for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-      for (int j = 0; j < C::kOutChunks; ++j) {
-        const int c = lane + 32 * j;
-        const int r = c / C::kOutRowChunks, ch = c % C::kOutRowChunks;
-        const int n = n0 + wn * C::kWN + ch * 8;  // H % 8 == 0: a chunk is all in or all out
-        if (out_rid[j] >= 0 && n < H) {
-          *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(out_rid[j]) * H + n) =
-              *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);
+          for (int nt = 0; nt < kRoundNT; ++nt) {
+            const float(&d)[4] = acc[0][q * kRoundNT + nt];
+            *reinterpret_cast<uint32_t*>(blk + (g + hh * 8) * C::kOutStride + (nt * 8 + 2 * t4) * 2) =
+                pack_bf16x2(d[2 * hh] * out_scale, d[2 * hh + 1] * out_scale);
+          }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < C::kOutChunks; ++j) {
+          const int c = lane + 32 * j;
+          const int r = c / C::kOutRowChunks, ch = c % C::kOutRowChunks;
+          const int n = n0 + wn * C::kWN + q * C::kOutCols + ch * 8;  // H % 8 == 0: a chunk is all in or all out
+          if (out_rid[j] >= 0 && n < H) {
+            *reinterpret_cast<uint4*>(a.y + static_cast<int64_t>(out_rid[j]) * H + n) =
+                *reinterpret_cast<const uint4*>(blk + r * C::kOutStride + ch * 16);
+          }
         }
       }
     } else if constexpr (C::kSwapAB) {

@@ -46,7 +46,8 @@ struct MoeKernelArgs {
                               // [5] 1 when the gate-up ran in clusters of two (gate_up_pairs; zeroed by prep),
                               // [6] the CTAs a swapped gate-up on even rounds kept (0 otherwise; zeroed by prep),
                               // [7] with gemm_index: the tile count + 1, published by the gate-up's last CTA (release)
-                              // once the tile list is written (0 otherwise; zeroed by prep)
+                              // once the tile list is written (0 otherwise; zeroed by prep),
+                              // [8] with tiles_pair: the number of row groups in it
   int32_t* expert_offset;     // [E + 1]
   int4* tiles;                // {expert, row_begin, rows, 0}
   int4* tiles_wide;           // the same, 128 rows per tile (written when gate_up_bm == 128)
@@ -68,6 +69,10 @@ struct MoeKernelArgs {
   int even_rounds;            // 1: the swapped gate-up spreads its items over even rounds (gate_up_even_rounds)
   int gemm_index;             // 1: the GEMMs build the routing index, kernel 1 only resets (gemm_index in heuristics.h)
   int split_handoff;          // 1: the per-tensor 16- / 32-row gate-up hands split pieces to its hand-off warp
+  // [max_tiles(bm = 256)] or null: row groups of up to 256 rows {expert, row_begin, rows, 0} (an expert's 128-row
+  // tiles two at a time), written by the index build where the per-tensor 128 x 256 down's K-tail kernel runs
+  // (down_k_tail_fits in heuristics.h), whose items they are (grouped_gemm.cuh, kATiles)
+  int4* tiles_pair;
 #ifdef HOPPERKIT_MOE_TRACE
   unsigned long long* trace;  // [grid, kMoeTraceSlots] per-CTA event times of one GEMM, or kernel 1's one row
                               // [kMoeTraceSlots] (trace builds; moe/trace.h)

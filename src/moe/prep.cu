@@ -41,6 +41,10 @@ constexpr float kMinAmax = 1e-10f;  // an all-zero group gets a tiny, finite sca
 __device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, int c_off, int c, int w_off) {
   for (int i = 0; i * 128 < c; ++i) a.tiles_wide[w_off + i] = make_int4(e, c_off + i * 128, min(128, c - i * 128), 0);
 }
+// Expert e's row groups of up to 256 rows (the K-tail down's items, a.tiles_pair) over the same rows, from slot g_off.
+__device__ __forceinline__ void write_row_groups(const MoeKernelArgs& a, int e, int c_off, int c, int g_off) {
+  for (int i = 0; i * 256 < c; ++i) a.tiles_pair[g_off + i] = make_int4(e, c_off + i * 256, min(256, c - i * 256), 0);
+}
 
 // The per-call state of the GEMMs, reset by whichever index build runs: the split-K arrival counters and, for the
 // gate-up -> down hand-off (grouped_gemm.cuh), which hand-off the swapped down took (counters[3]: it sets 1 when it
@@ -136,6 +140,13 @@ __device__ void build_index(const MoeKernelArgs& a) {
     Scan(scan_tmp).ExclusiveSum((c + 127) / 128, w_off, total_wide);
     if (tid < E) write_wide_tiles(a, tid, c_off, c, w_off);
     if (tid == 0) a.counters[2] = total_wide;
+    __syncthreads();
+  }
+  if (a.tiles_pair != nullptr) {  // the K-tail down's row groups (uniform branch)
+    int g_off, total_groups;
+    Scan(scan_tmp).ExclusiveSum((c + 255) / 256, g_off, total_groups);
+    if (tid < E) write_row_groups(a, tid, c_off, c, g_off);
+    if (tid == 0) a.counters[8] = total_groups;
     __syncthreads();
   }
   HK_MT_ONLY(if (tid == 0) a.trace[kMpIndexScanned] = globaltimer();)
@@ -340,10 +351,14 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
   Scan(scan_tmp).ExclusiveSum(t, t_off, total_tiles);
   __syncthreads();
   Scan(scan_tmp).ExclusiveSum(is_expert ? mine : 0, l_off, n_local);
-  int w_off = 0, total_wide = 0;
+  int w_off = 0, total_wide = 0, g_off = 0, total_groups = 0;
   if (a.gate_up_bm == 128 && c == 0) {  // the wide gate-up's 128-row tiles, written by CTA 0 (uniform per CTA)
     __syncthreads();
     Scan(scan_tmp).ExclusiveSum((cnt + 127) / 128, w_off, total_wide);
+  }
+  if (a.tiles_pair != nullptr && c == 0) {  // the K-tail down's row groups, by CTA 0 too
+    __syncthreads();
+    Scan(scan_tmp).ExclusiveSum((cnt + 255) / 256, g_off, total_groups);
   }
   if (is_expert) {
     s_base[tid] = c_off + before;
@@ -361,7 +376,9 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
     }
     if (tid == E) a.counters[1] = total;  // thread E summed the dropped column
     if (a.gate_up_bm == 128 && is_expert) write_wide_tiles(a, tid, c_off, cnt, w_off);
+    if (a.tiles_pair != nullptr && is_expert) write_row_groups(a, tid, c_off, cnt, g_off);
     if (tid == 0) {
+      if (a.tiles_pair != nullptr) a.counters[8] = total_groups;
       a.expert_offset[E] = total_rows;
       a.counters[0] = total_tiles;
       if (a.gate_up_bm == 128) a.counters[2] = total_wide;

@@ -11,8 +11,9 @@ namespace hopperkit {
 namespace moe {
 
 struct MoeWorkspaceLayout {
-  size_t counters = 0;       // int32 [8]: num_tiles, dropped rows, num wide tiles, down waited per tile, down
-                             // claims, gate-up pairs ran, even-rounds CTAs, GEMM index published (kernel_args.h)
+  size_t counters = 0;       // int32 [16]: num_tiles, dropped rows, num wide tiles, down waited per tile, down
+                             // claims, gate-up pairs ran, even-rounds CTAs, GEMM index published, row groups
+                             // (kernel_args.h)
   size_t expert_offset = 0;  // int32 [num_local_experts + 1]
   size_t tiles = 0;          // int4  [max_tiles(bm = 16)]: expert, row_begin, rows, -
   size_t tiles_wide = 0;     // int4  [max_tiles(bm = 128)]: 128-row tiles of the wide gate-up
@@ -26,6 +27,7 @@ struct MoeWorkspaceLayout {
   size_t split_partials = 0; // fp32  [kSplitSlices, 32 x 256]: split-K partial tiles (swapped tiles only)
   size_t index_hist = 0;     // int32 [index_ctas(rows), E + 1]: per-chunk expert counts + dropped (> 1 chunk)
   size_t tile_ready = 0;     // int32 [max_tiles(bm = 16)]: act columns written per tile (zeroed by the index build)
+  size_t tiles_pair = 0;     // int4  [max_tiles(bm = 256)]: row groups of the K-tail down (kernel_args.h)
   size_t total_bytes = 0;
 };
 
@@ -40,7 +42,7 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
     at += up(bytes);
     return here;
   };
-  l.counters = take(8 * sizeof(int32_t));
+  l.counters = take(16 * sizeof(int32_t));
   l.expert_offset = take((num_local_experts + 1) * sizeof(int32_t));
   l.tiles = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 16)) * 4 * sizeof(int32_t));
   l.tiles_wide = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 128)) * 4 * sizeof(int32_t));
@@ -55,6 +57,7 @@ inline MoeWorkspaceLayout moe_workspace_layout(int64_t tokens, int top_k, int hi
   const int chunks = index_ctas(static_cast<int64_t>(rows));
   l.index_hist = take(chunks > 1 ? static_cast<size_t>(chunks) * (num_local_experts + 1) * sizeof(int32_t) : 0);
   l.tile_ready = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 16)) * sizeof(int32_t));
+  l.tiles_pair = take(static_cast<size_t>(max_tiles(tokens, top_k, num_local_experts, 256)) * 4 * sizeof(int32_t));
   l.total_bytes = at;
   return l;
 }
