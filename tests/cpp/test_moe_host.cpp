@@ -481,8 +481,9 @@ TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
     const size_t rows = static_cast<size_t>(T) * K;
     // every region 256-byte aligned, in order, each at least as large as its buffer
     const size_t at[] = {l.counters, l.expert_offset, l.tiles, l.tiles_wide, l.sorted_rows, l.xq, l.xq_scale, l.act,
-                         l.act_scale, l.y, l.split_counters, l.split_partials, l.index_hist, l.total_bytes};
-    const size_t need[] = {16,
+                         l.act_scale, l.y, l.split_counters, l.split_partials, l.index_hist, l.tile_ready,
+                         l.tiles_pair, l.total_bytes};
+    const size_t need[] = {16 * 4,
                            (E + 1) * 4u,
                            static_cast<size_t>(max_tiles(T, K, E, 16)) * 16,
                            static_cast<size_t>(max_tiles(T, K, E, 128)) * 16,
@@ -494,8 +495,11 @@ TEST(MoeWorkspace, LayoutAlignedOrderedAndMonotonic) {
                            rows * H * 2,
                            kSplitSlices * 4u,
                            static_cast<size_t>(kSplitSlices) * kSplitSliceFloats * 4,
-                           index_ctas(rows) > 1 ? static_cast<size_t>(index_ctas(rows)) * (E + 1) * 4 : 0};
-    for (int i = 0; i < 13; ++i) {
+                           index_ctas(rows) > 1 ? static_cast<size_t>(index_ctas(rows)) * (E + 1) * 4 : 0,
+                           static_cast<size_t>(max_tiles(T, K, E, 16)) * 4,
+                           static_cast<size_t>(max_tiles(T, K, E, 256)) * 16};  // the K-tail down's row groups
+    static_assert(sizeof(need) / sizeof(need[0]) + 1 == sizeof(at) / sizeof(at[0]), "one size per region");
+    for (int i = 0; i < 15; ++i) {
       ASSERT_EQ(at[i] % 256, 0u) << i;
       ASSERT_GE(at[i + 1] - at[i], need[i]) << "region " << i;
     }
