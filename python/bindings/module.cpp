@@ -490,6 +490,7 @@ nb::dict moe_workspace_layout(int64_t tokens, int top_k, int hidden, int interme
   d["y"] = l.y;
   d["index_hist"] = l.index_hist;
   d["tile_ready"] = l.tile_ready;
+  d["tiles_pair"] = l.tiles_pair;
   d["index_chunks"] = moe::index_ctas(tokens * top_k);  // rows of index_hist when the index is built in chunks
   d["total_bytes"] = l.total_bytes;
   return d;

@@ -103,7 +103,7 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         nbytes = n * torch.empty((), dtype=dtype).element_size()
         return workspace[off[name]:off[name] + nbytes].view(dtype).view(*shape)
 
-    counters = view("counters", torch.int32, (8,))
+    counters = view("counters", torch.int32, (16,))
     return {
         "num_tiles": counters[0], "dropped": counters[1], "num_wide_tiles": counters[2],
         # 1 when the (swapped) down GEMM waited per tile on tile_ready rather than for the gate-up grid
@@ -118,6 +118,9 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
         # with the routing index built in the GEMMs (gemm_index in heuristics.h): the tile count + 1, which the
         # gate-up's last CTA published to the down; 0 when kernel 1 built the index
         "gemm_index_published": counters[7],
+        # the K-tail down's row groups (the per-tensor 128 x 256 down at I = 192): their count, or what the
+        # workspace held before the call where the down took none
+        "row_groups": counters[8],
         "expert_offset": view("expert_offset", torch.int32, (num_local_experts + 1,)),
         "tiles": view("tiles", torch.int32, ((off["tiles_wide"] - off["tiles"]) // 16, 4)),
         # 128-row tiles: written only when the gate-up runs 128-row tiles (gate_up_block_m in heuristics.h)
@@ -133,5 +136,8 @@ def _workspace_views(workspace: torch.Tensor, tokens: int, top_k: int, hidden: i
                        if off["index_chunks"] > 1 else None),
         # act columns the gate-up wrote per tile of "tiles" (swapped 16- to 48-row tiles, unless
         # HOPPERKIT_MOE_TILE_READY=0): intermediate for each of the first num_tiles after a call
-        "tile_ready": view("tile_ready", torch.int32, ((off["total_bytes"] - off["tile_ready"]) // 4,)),
+        "tile_ready": view("tile_ready", torch.int32, ((off["tiles_pair"] - off["tile_ready"]) // 4,)),
+        # row groups {expert, row_begin, rows <= 256, 0}: an expert's 128-row tiles two at a time, written only where
+        # the K-tail down runs (its items)
+        "tiles_pair": view("tiles_pair", torch.int32, ((off["total_bytes"] - off["tiles_pair"]) // 16, 4)),
     }

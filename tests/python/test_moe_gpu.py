@@ -320,6 +320,20 @@ def test_gate_up_pairs_cases(case):
         rule = int(I % 192 == 0 and I % 128 != 0 and rows >= _core._C.MOE_GATE_UP_PAIR_MIN_ROWS)
         want = {"0": 0, "1": 1}.get(PAIRS, rule)
         assert ran == want, f"gate_up_pairs {ran}, expected {want} (HOPPERKIT_MOE_PAIRS={PAIRS!r}, {rows} rows)"
+    # the K-tail down's row groups, where it ran (the workspace was filled with 0xFF: -1 where nothing wrote the
+    # count): every local expert's rows in groups of 256, in expert order
+    from hopperkit.moe import _workspace_views
+    views = _workspace_views(ws, T, K, H, I, E // 2 if ep else E)
+    n_groups = int(views["row_groups"])
+    if (case == "i192_two_tiles" and DEFAULT_TILES and "HOPPERKIT_MOE_DOWN_BM" not in os.environ
+            and os.environ.get("HOPPERKIT_MOE_DOWN_KTAIL", "1") != "0"):
+        assert n_groups >= 0, "the K-tail down (128 x 256 tiles at I = 192) took no row groups"
+    if n_groups >= 0:
+        assert I == 192, f"row groups written at I = {I}"
+        off = views["expert_offset"].cpu().tolist()
+        want_groups = [[e, off[e] + b, min(256, off[e + 1] - off[e] - b), 0]
+                       for e in range(len(off) - 1) for b in range(0, off[e + 1] - off[e], 256)]
+        assert views["tiles_pair"][:n_groups].cpu().tolist() == want_groups
     path = os.environ.get("HK_PAIRS_DIGEST")
     if path:
         digests = json.load(open(path)) if os.path.exists(path) else {}
