@@ -367,11 +367,11 @@ def test_down_k_tail_bitwise(tmp_path):
     """The pair cases under HOPPERKIT_MOE_DOWN_KTAIL=0 (the generic per-tensor 128 x 256 down) and =1 (its K-tail
     kernel at I = 192: i192_two_tiles, i192_skewed and ep_half_remote, whose down tiles are 128 x 256; the last
     stage's wgmma steps over its zero-filled half skipped, and its items row groups of two 128-row tiles sharing
-    one weight stage: i192_two_tiles ~171 rows per expert, i192_skewed groups of two tiles and of one): every output
-    bitwise equal, the skipped steps adding exact zero products. (PTX does not promise that a k32 step of zero products leaves the FP8 accumulator as it
-    was: if the digests differ while both runs pass their reference checks, that is the accumulator's rounding, not
-    a race. Nothing here tells whether the tail kernel ran: the cases' tiles follow from the rules in heuristics.h,
-    i.e. 128-row gate-up and down tiles over 256 weight rows, unless a tile switch is set.)"""
+    one weight stage: i192_two_tiles ~171 rows per expert, i192_skewed groups of two tiles and of one): every
+    output bitwise equal, the skipped steps adding exact zero products. (PTX does not promise that a k32 step of
+    zero products leaves the FP8 accumulator as it was: if the digests differ while both runs pass their reference
+    checks, that is the accumulator's rounding, not a race. That the kernel ran, test_gate_up_pairs_cases checks
+    through the row groups it leaves in the workspace.)"""
     if (PAIRS or "HK_PAIRS_DIGEST" in os.environ or not DEFAULT_TILES or "HOPPERKIT_MOE_DOWN_KTAIL" in os.environ
             or "HOPPERKIT_MOE_DOWN_BM" in os.environ):
         pytest.skip("already inside a switched run")
