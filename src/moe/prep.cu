@@ -37,13 +37,11 @@ constexpr int kIndexBatch = 8;
 constexpr float kFp8Max = 448.f;
 constexpr float kMinAmax = 1e-10f;  // an all-zero group gets a tiny, finite scale (its codes are all zero)
 
-// Expert e's 128-row tiles (the wide gate-up's task list) over its rows [c_off, c_off + c), from slot w_off.
-__device__ __forceinline__ void write_wide_tiles(const MoeKernelArgs& a, int e, int c_off, int c, int w_off) {
-  for (int i = 0; i * 128 < c; ++i) a.tiles_wide[w_off + i] = make_int4(e, c_off + i * 128, min(128, c - i * 128), 0);
-}
-// Expert e's row groups of up to 256 rows (the K-tail down's items, a.tiles_pair) over the same rows, from slot g_off.
-__device__ __forceinline__ void write_row_groups(const MoeKernelArgs& a, int e, int c_off, int c, int g_off) {
-  for (int i = 0; i * 256 < c; ++i) a.tiles_pair[g_off + i] = make_int4(e, c_off + i * 256, min(256, c - i * 256), 0);
+// Expert e's tiles of up to kRows rows over its rows [c_off, c_off + c), {e, row_begin, rows, 0}, into list[off..]:
+// the wide gate-up's 128-row tiles (a.tiles_wide) and the K-tail down's 256-row groups (a.tiles_pair).
+template <int kRows>
+__device__ __forceinline__ void write_expert_tiles(int4* list, int e, int c_off, int c, int off) {
+  for (int i = 0; i * kRows < c; ++i) list[off + i] = make_int4(e, c_off + i * kRows, min(kRows, c - i * kRows), 0);
 }
 
 // The per-call state of the GEMMs, reset by whichever index build runs: the split-K arrival counters and, for the
@@ -138,14 +136,14 @@ __device__ void build_index(const MoeKernelArgs& a) {
   if (a.gate_up_bm == 128) {  // the wide gate-up's 128-row tiles over the same ranges (uniform branch)
     int w_off, total_wide;
     Scan(scan_tmp).ExclusiveSum((c + 127) / 128, w_off, total_wide);
-    if (tid < E) write_wide_tiles(a, tid, c_off, c, w_off);
+    if (tid < E) write_expert_tiles<128>(a.tiles_wide, tid, c_off, c, w_off);
     if (tid == 0) a.counters[2] = total_wide;
     __syncthreads();
   }
   if (a.tiles_pair != nullptr) {  // the K-tail down's row groups (uniform branch)
     int g_off, total_groups;
     Scan(scan_tmp).ExclusiveSum((c + 255) / 256, g_off, total_groups);
-    if (tid < E) write_row_groups(a, tid, c_off, c, g_off);
+    if (tid < E) write_expert_tiles<256>(a.tiles_pair, tid, c_off, c, g_off);
     if (tid == 0) a.counters[8] = total_groups;
     __syncthreads();
   }
@@ -375,8 +373,8 @@ __global__ void __launch_bounds__(kPrepThreads) moe_index_place_kernel(const Moe
       }
     }
     if (tid == E) a.counters[1] = total;  // thread E summed the dropped column
-    if (a.gate_up_bm == 128 && is_expert) write_wide_tiles(a, tid, c_off, cnt, w_off);
-    if (a.tiles_pair != nullptr && is_expert) write_row_groups(a, tid, c_off, cnt, g_off);
+    if (a.gate_up_bm == 128 && is_expert) write_expert_tiles<128>(a.tiles_wide, tid, c_off, cnt, w_off);
+    if (a.tiles_pair != nullptr && is_expert) write_expert_tiles<256>(a.tiles_pair, tid, c_off, cnt, g_off);
     if (tid == 0) {
       if (a.tiles_pair != nullptr) a.counters[8] = total_groups;
       a.expert_offset[E] = total_rows;
